@@ -1,0 +1,390 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const (
+	// serviceCIDR is the ClusterIP range; serviceClusterIP is the `kubernetes` Service.
+	serviceCIDR      = "10.0.0.0/24"
+	serviceClusterIP = "10.0.0.1"
+	// serviceAccountIssuer is the iss claim of service-account tokens.
+	serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+)
+
+// Config says what to start.
+type Config struct {
+	// Dir holds PKI, kubeconfigs, etcd data and logs. Empty: a new temporary directory,
+	// removed by Stop.
+	Dir string
+	// Scheduler and ControllerManager start those components. Without the
+	// controller-manager there is no `default` ServiceAccount and nothing removes the
+	// not-ready taint from new nodes, so the ServiceAccount and TaintNodesByCondition
+	// admission plugins are then switched off.
+	Scheduler         bool
+	ControllerManager bool
+	// NodeMonitorGracePeriod is how long a node's lease may go unrenewed before the
+	// node-lifecycle controller marks it NotReady (kube-controller-manager's default
+	// is 40s). Zero keeps the default.
+	NodeMonitorGracePeriod time.Duration
+	// ExtraAPIServerArgs are appended to kube-apiserver's command line.
+	ExtraAPIServerArgs []string
+	// Out receives progress (building, reusing binaries, startup time). Nil: silent.
+	Out io.Writer
+	// StartTimeout bounds the wait for /readyz. Zero: 2 minutes.
+	StartTimeout time.Duration
+}
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	Dir            string
+	PKI            *PKI
+	Binaries       *Binaries
+	KubeconfigPath string       // admin kubeconfig
+	URL            string       // https://127.0.0.1:<port>
+	RESTConfig     *rest.Config // admin credentials
+	EtcdURL        string
+
+	ownsDir   bool
+	apiPort   int
+	cfg       Config
+	processes []*process // in start order; stopped in reverse
+}
+
+// Start builds or reuses the binaries and starts the control plane, returning once
+// kube-apiserver answers /readyz. On failure everything started is stopped and the
+// error includes the tail of the failing component's log.
+func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 2 * time.Minute
+	}
+	bins, err := EnsureBinaries(ctx, cfg.Out)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Binaries: bins, cfg: cfg, Dir: cfg.Dir}
+	if cp.Dir == "" {
+		cp.Dir, err = os.MkdirTemp("", "vkubelet-controlplane-")
+		if err != nil {
+			return nil, err
+		}
+		cp.ownsDir = true
+	}
+	if cp.Dir, err = filepath.Abs(cp.Dir); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	if err := cp.start(ctx); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Out, "controlplane: kube-apiserver ready at %s in %s (state in %s)\n",
+		cp.URL, time.Since(started).Round(time.Millisecond), cp.Dir)
+	return cp, nil
+}
+
+func (cp *ControlPlane) start(ctx context.Context) error {
+	var err error
+	if cp.PKI, err = generatePKI(filepath.Join(cp.Dir, "pki")); err != nil {
+		return fmt.Errorf("generating PKI: %w", err)
+	}
+	if err := cp.startEtcd(ctx); err != nil {
+		return err
+	}
+	if err := cp.startAPIServer(ctx); err != nil {
+		return err
+	}
+	if cp.cfg.Scheduler {
+		kc, err := cp.writeKubeconfig("scheduler.kubeconfig", cp.PKI.SchedulerCert, cp.PKI.SchedulerKey)
+		if err != nil {
+			return err
+		}
+		p, err := startProcess(cp.Dir, "kube-scheduler", cp.Binaries.Scheduler,
+			"--kubeconfig="+kc,
+			"--authentication-kubeconfig="+kc,
+			"--authorization-kubeconfig="+kc,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(mustFreePort()),
+		)
+		if err != nil {
+			return err
+		}
+		cp.processes = append(cp.processes, p)
+	}
+	if cp.cfg.ControllerManager {
+		kc, err := cp.writeKubeconfig("controller-manager.kubeconfig", cp.PKI.ControllerManagerCert, cp.PKI.ControllerManagerKey)
+		if err != nil {
+			return err
+		}
+		args := []string{
+			"--kubeconfig=" + kc,
+			"--authentication-kubeconfig=" + kc,
+			"--authorization-kubeconfig=" + kc,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(mustFreePort()),
+			"--use-service-account-credentials=true",
+			"--service-account-private-key-file=" + cp.PKI.ServiceAccountKey,
+			"--root-ca-file=" + cp.PKI.CACert,
+			// Lets the CSR signer issue kubelet-serving certificates from our CA.
+			"--cluster-signing-cert-file=" + cp.PKI.CACert,
+			"--cluster-signing-key-file=" + cp.PKI.CAKey,
+			"--allocate-node-cidrs=false",
+			"--node-monitor-period=1s",
+		}
+		if g := cp.cfg.NodeMonitorGracePeriod; g > 0 {
+			args = append(args, "--node-monitor-grace-period="+g.String())
+		}
+		p, err := startProcess(cp.Dir, "kube-controller-manager", cp.Binaries.ControllerManager, args...)
+		if err != nil {
+			return err
+		}
+		cp.processes = append(cp.processes, p)
+	}
+	// A component that dies at once (bad flag, port taken) should fail Start, not the
+	// first test that needs it.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(300 * time.Millisecond):
+	}
+	for _, p := range cp.processes {
+		if !p.running() {
+			return p.failure()
+		}
+	}
+	return nil
+}
+
+func (cp *ControlPlane) startEtcd(ctx context.Context) error {
+	// A port found free may be taken before etcd binds it; try again with new ones.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		client, peer := mustFreePort(), mustFreePort()
+		clientURL := "http://127.0.0.1:" + strconv.Itoa(client)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
+		p, err := startProcess(cp.Dir, "etcd", cp.Binaries.Etcd,
+			"--name=vkubelet",
+			"--data-dir="+filepath.Join(cp.Dir, "etcd"),
+			"--listen-client-urls="+clientURL,
+			"--advertise-client-urls="+clientURL,
+			"--listen-peer-urls="+peerURL,
+			"--initial-advertise-peer-urls="+peerURL,
+			"--initial-cluster=vkubelet="+peerURL,
+			// Durability does not matter for a throw-away cluster; fsync dominates its
+			// write latency on a busy disk.
+			"--unsafe-no-fsync",
+			"--log-level=warn",
+		)
+		if err != nil {
+			return err
+		}
+		if err := waitHTTP(ctx, p, clientURL+"/health", nil, 30*time.Second); err != nil {
+			lastErr = err
+			_ = p.stop(5 * time.Second)
+			continue
+		}
+		cp.processes = append(cp.processes, p)
+		cp.EtcdURL = clientURL
+		return nil
+	}
+	return fmt.Errorf("starting etcd: %w", lastErr)
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		cp.apiPort = mustFreePort()
+		cp.URL = "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
+		var err error
+		if cp.KubeconfigPath, err = cp.writeKubeconfig("admin.kubeconfig", cp.PKI.AdminCert, cp.PKI.AdminKey); err != nil {
+			return err
+		}
+		if cp.RESTConfig, err = clientcmd.BuildConfigFromFlags("", cp.KubeconfigPath); err != nil {
+			return err
+		}
+		if lastErr = cp.runAPIServer(ctx); lastErr == nil {
+			return nil
+		}
+	}
+	return lastErr
+}
+
+// runAPIServer starts kube-apiserver on cp.apiPort and waits for /readyz.
+func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
+	args := []string{
+		"--etcd-servers=" + cp.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(cp.apiPort),
+		// With a loopback advertise address a 1.37 apiserver exits unless the
+		// endpoint reconciler is off; nothing routes to the Service anyway.
+		"--endpoint-reconciler-type=none",
+		"--tls-cert-file=" + cp.PKI.APIServerCert,
+		"--tls-private-key-file=" + cp.PKI.APIServerKey,
+		"--client-ca-file=" + cp.PKI.CACert,
+		"--service-account-issuer=" + serviceAccountIssuer,
+		"--service-account-key-file=" + cp.PKI.ServiceAccountPub,
+		"--service-account-signing-key-file=" + cp.PKI.ServiceAccountKey,
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--authorization-mode=Node,RBAC",
+		// How the apiserver reaches node kubelet APIs (logs, exec, port-forward): it
+		// authenticates with this client certificate and checks the kubelet's serving
+		// certificate against the cluster CA.
+		"--kubelet-client-certificate=" + cp.PKI.KubeletClientCert,
+		"--kubelet-client-key=" + cp.PKI.KubeletClientKey,
+		"--kubelet-certificate-authority=" + cp.PKI.CACert,
+		"--kubelet-preferred-address-types=InternalIP",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	if !cp.cfg.ControllerManager {
+		args = append(args, "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
+	}
+	args = append(args, cp.cfg.ExtraAPIServerArgs...)
+	p, err := startProcess(cp.Dir, "kube-apiserver", cp.Binaries.APIServer, args...)
+	if err != nil {
+		return err
+	}
+	client, err := rest.HTTPClientFor(cp.RESTConfig)
+	if err != nil {
+		_ = p.stop(5 * time.Second)
+		return err
+	}
+	if err := waitHTTP(ctx, p, cp.URL+"/readyz", client, cp.cfg.StartTimeout); err != nil {
+		_ = p.stop(5 * time.Second)
+		return err
+	}
+	cp.processes = append(cp.processes, p)
+	return nil
+}
+
+// waitHTTP polls url until it answers 200, the process exits or the timeout passes.
+func waitHTTP(ctx context.Context, p *process, url string, client *http.Client, timeout time.Duration) error {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		if !p.running() {
+			return p.failure()
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, body)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready after %s (last answer: %s); last lines of %s:\n%s",
+		p.name, timeout, last, p.logPath, tailFile(p.logPath, 25))
+}
+
+// writeKubeconfig writes a kubeconfig for the given client certificate.
+func (cp *ControlPlane) writeKubeconfig(name, cert, key string) (string, error) {
+	path := filepath.Join(cp.Dir, name)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["vkubelet"] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthority: cp.PKI.CACert}
+	cfg.AuthInfos["vkubelet"] = &clientcmdapi.AuthInfo{ClientCertificate: cert, ClientKey: key}
+	cfg.Contexts["vkubelet"] = &clientcmdapi.Context{Cluster: "vkubelet", AuthInfo: "vkubelet"}
+	cfg.CurrentContext = "vkubelet"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// Client returns an admin clientset.
+func (cp *ControlPlane) Client() (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(cp.RESTConfig)
+}
+
+// PIDs returns the process IDs of the running components, by name.
+func (cp *ControlPlane) PIDs() map[string]int {
+	out := map[string]int{}
+	for _, p := range cp.processes {
+		if p.running() {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}
+
+// StopAPIServer stops kube-apiserver alone, for tests of a cluster that goes away;
+// StartAPIServer brings it back on the same port with the same state.
+func (cp *ControlPlane) StopAPIServer() error {
+	for i, p := range cp.processes {
+		if p.name == "kube-apiserver" {
+			cp.processes = append(cp.processes[:i:i], cp.processes[i+1:]...)
+			return p.stop(10 * time.Second)
+		}
+	}
+	return errors.New("kube-apiserver is not running")
+}
+
+// StartAPIServer restarts kube-apiserver after StopAPIServer, on the same port.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	for _, p := range cp.processes {
+		if p.name == "kube-apiserver" {
+			return errors.New("kube-apiserver is already running")
+		}
+	}
+	return cp.runAPIServer(ctx)
+}
+
+// Stop stops every component, newest first, and removes the state directory if
+// Start created it. It is safe to call more than once.
+func (cp *ControlPlane) Stop() error {
+	var errs []error
+	for i := len(cp.processes) - 1; i >= 0; i-- {
+		if err := cp.processes[i].stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cp.ownsDir && cp.Dir != "" {
+		if err := os.RemoveAll(cp.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mustFreePort asks the kernel for a free loopback port.
+func mustFreePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("no free loopback port: %v", err))
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,129 @@
+// Package testenv gives integration tests a real control plane: one per test package,
+// started from TestMain, and a fresh namespace per test.
+//
+//	func TestMain(m *testing.M) { testenv.Main(m, controlplane.Config{Scheduler: true}) }
+//
+//	func TestSomething(t *testing.T) {
+//		cp := testenv.ControlPlane(t)
+//		ns := testenv.Namespace(t)
+//		...
+//	}
+//
+// With `go test -short` no control plane is started and the tests that ask for one
+// are skipped; without -short the binaries are built if the cache lacks them, so CI
+// always runs every integration test.
+package testenv
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/vkubelet/vkubelet/internal/controlplane"
+)
+
+var (
+	shared    *controlplane.ControlPlane
+	sharedCfg controlplane.Config
+)
+
+// Main starts one control plane with cfg, runs the package's tests and stops it.
+func Main(m *testing.M, cfg controlplane.Config) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	cp, err := controlplane.Start(ctx, cfg)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: starting control plane: %v\n", err)
+		os.Exit(1)
+	}
+	shared, sharedCfg = cp, cfg
+	code := m.Run()
+	if err := cp.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: stopping control plane: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+// ControlPlane returns the package's control plane, or skips the test under -short.
+func ControlPlane(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs a control plane (run without -short)")
+	}
+	if shared == nil {
+		t.Fatal("testenv: no control plane; call testenv.Main from TestMain")
+	}
+	return shared
+}
+
+// Client returns an admin clientset for the package's control plane.
+func Client(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	c, err := ControlPlane(t).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Namespace creates a namespace for this test, removed when the test ends. When the
+// controller-manager runs, it waits for the namespace's `default` ServiceAccount,
+// without which the apiserver refuses pods.
+func Namespace(t testing.TB) string {
+	t.Helper()
+	c := Client(t)
+	ctx := context.Background()
+	ns, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		err := c.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("deleting namespace %s: %v", ns.Name, err)
+		}
+	})
+	if sharedCfg.ControllerManager {
+		Eventually(t, 60*time.Second, func() (bool, string) {
+			_, err := c.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, fmt.Sprintf("default ServiceAccount in %s: %v", ns.Name, err)
+		})
+	}
+	return ns.Name
+}
+
+// Eventually polls cond every 100ms until it returns true, failing the test with the
+// last description cond gave once timeout has passed.
+func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, desc := cond()
+		if ok {
+			return
+		}
+		last = desc
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %s: %s", timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
