@@ -1,0 +1,299 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"golang.org/x/time/rate"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// Config configures a Controller. Client, NodeName and Provider are required.
+type Config struct {
+	Client   kubernetes.Interface
+	NodeName string
+	Provider provider.PodLifecycleHandler
+
+	// Workers is the number of workers per queue (--pod-sync-workers). Default 10.
+	Workers int
+	// StatusPollInterval is how often pod statuses are read from a provider that does
+	// not implement provider.PodNotifier, and how often a deleting pod is checked.
+	// Default 5s.
+	StatusPollInterval time.Duration
+	// ResyncPeriod re-queues every pod this often (--full-resync-period); 0 disables.
+	ResyncPeriod time.Duration
+	// Recorder records Events; nil creates one that writes to Client as "vkubelet".
+	Recorder record.EventRecorder
+	// Metrics receives the controller's own metrics; nil keeps them unregistered.
+	Metrics *Metrics
+	// Clock drives grace periods and polling; nil means the real clock.
+	Clock clock.WithTicker
+	Logger *slog.Logger
+}
+
+// Controller syncs the pods bound to one node with a provider.
+type Controller struct {
+	client   kubernetes.Interface
+	nodeName string
+	provider provider.PodLifecycleHandler
+	// notifier is the provider as a PodNotifier, nil if it must be polled.
+	notifier provider.PodNotifier
+
+	informers informers.SharedInformerFactory
+	// podLister reads pods bound to our node from the informer's cache.
+	podLister corelisters.PodLister
+	podsSynced cache.InformerSynced
+
+	// syncQueue: pods to create or update in the provider.
+	syncQueue workqueue.TypedRateLimitingInterface[string]
+	// statusQueue: pods whose status in the API may lag the provider's.
+	statusQueue workqueue.TypedRateLimitingInterface[string]
+	// deleteQueue: pods to stop in the provider and, once stopped, remove from the API.
+	deleteQueue workqueue.TypedRateLimitingInterface[string]
+
+	state    *stateStore
+	recorder record.EventRecorder
+	metrics  *Metrics
+	clock    clock.WithTicker
+	log      *slog.Logger
+
+	workers      int
+	pollInterval time.Duration
+	ready        chan struct{}
+}
+
+// NewController builds a pod controller. Nothing runs until Run.
+func NewController(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.NodeName == "" || cfg.Provider == nil {
+		return nil, errors.New("pod controller: Client, NodeName and Provider are required")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 10
+	}
+	if cfg.StatusPollInterval <= 0 {
+		cfg.StatusPollInterval = 5 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Recorder == nil {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+		cfg.Recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vkubelet", Host: cfg.NodeName})
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}))
+	podInformer := factory.Core().V1().Pods()
+
+	c := &Controller{
+		client:       cfg.Client,
+		nodeName:     cfg.NodeName,
+		provider:     cfg.Provider,
+		informers:    factory,
+		podLister:    podInformer.Lister(),
+		podsSynced:   podInformer.Informer().HasSynced,
+		state:        newStateStore(),
+		recorder:     cfg.Recorder,
+		metrics:      cfg.Metrics,
+		clock:        cfg.Clock,
+		log:          cfg.Logger.With("component", "pod-controller", "node", cfg.NodeName),
+		workers:      cfg.Workers,
+		pollInterval: cfg.StatusPollInterval,
+		ready:        make(chan struct{}),
+	}
+	if n, ok := cfg.Provider.(provider.PodNotifier); ok {
+		c.notifier = n
+	}
+	c.syncQueue = c.newQueue("pod_sync")
+	c.statusQueue = c.newQueue("pod_status")
+	c.deleteQueue = c.newQueue("pod_delete")
+
+	_, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.handlePod(obj) },
+		UpdateFunc: func(_, obj any) {
+			c.handlePod(obj)
+		},
+		DeleteFunc: c.handleDeletedPod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod controller: adding event handler: %w", err)
+	}
+	return c, nil
+}
+
+// newQueue builds a rate-limited queue: per-item exponential back-off from 200ms to
+// 2 minutes for failing pods, and an overall bucket so a storm of failures cannot
+// flood the provider.
+func (c *Controller) newQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 2*time.Minute),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(200), 500)},
+	)
+	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
+		Name:            name,
+		MetricsProvider: c.metrics.queueMetrics(),
+		Clock:           c.clock,
+	})
+}
+
+// Ready is closed once the informer has synced and the start-up reconcile with the
+// provider is done.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// Run starts the informer, reconciles with the provider and runs the workers until
+// ctx ends. It returns an error only if it cannot start.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.syncQueue.ShutDown()
+	defer c.statusQueue.ShutDown()
+	defer c.deleteQueue.ShutDown()
+
+	if c.notifier != nil {
+		c.notifier.NotifyPods(ctx, c.handleProviderPod)
+	}
+	c.informers.Start(ctx.Done())
+	c.log.Info("waiting for the pod informer to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), c.podsSynced) {
+		return fmt.Errorf("pod controller: informer did not sync: %w", ctx.Err())
+	}
+	if err := c.reconcileProvider(ctx); err != nil {
+		return err
+	}
+	for i := 0; i < c.workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker(c.syncQueue, c.syncHandler), time.Second)
+		go wait.UntilWithContext(ctx, c.worker(c.statusQueue, c.statusHandler), time.Second)
+		go wait.UntilWithContext(ctx, c.worker(c.deleteQueue, c.deleteHandler), time.Second)
+	}
+	if c.notifier == nil {
+		go c.pollStatuses(ctx)
+	}
+	close(c.ready)
+	c.log.Info("pod controller started", "workers", c.workers, "notifier", c.notifier != nil)
+	<-ctx.Done()
+	c.informers.Shutdown()
+	return nil
+}
+
+// worker returns a loop that processes items of q with handler until q shuts down.
+func (c *Controller) worker(q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error) func(context.Context) {
+	return func(ctx context.Context) {
+		for c.processNextWorkItem(ctx, q, handler) {
+		}
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error) bool {
+	key, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(key)
+	if err := handler(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("sync failed; will retry", "pod", key, "error", err, "retries", q.NumRequeues(key))
+		}
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	return true
+}
+
+// handlePod routes an added or updated pod to the right queue.
+func (c *Controller) handlePod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := keyOf(p)
+	if p.DeletionTimestamp != nil {
+		c.deleteQueue.Add(key)
+		return
+	}
+	c.syncQueue.Add(key)
+}
+
+// handleDeletedPod reacts to a pod gone from the API: the provider must stop it.
+func (c *Controller) handleDeletedPod(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	c.deleteQueue.Add(keyOf(p))
+}
+
+// handleProviderPod is the PodNotifier callback. It must not block: it records the
+// status and queues work.
+func (c *Controller) handleProviderPod(p *corev1.Pod) {
+	if p == nil {
+		return
+	}
+	key := keyOf(p)
+	status := p.Status.DeepCopy()
+	// Only pods the controller handed to the provider (or found there at start) are
+	// tracked; a late notice about a pod already forgotten is dropped.
+	c.state.updateIfExists(key, func(st *podState) {
+		if st.providerUID == p.UID || p.UID == "" {
+			st.notified = status
+		}
+	})
+	c.statusQueue.Add(key)
+	// A deleting pod waits for the provider to confirm it stopped: this may be it.
+	if apiPod, err := c.podLister.Pods(p.Namespace).Get(p.Name); err == nil && apiPod.DeletionTimestamp != nil {
+		c.deleteQueue.Add(key)
+	}
+}
+
+// pollStatuses queues every pod for a status read, for providers without a notifier.
+func (c *Controller) pollStatuses(ctx context.Context) {
+	t := c.clock.NewTicker(c.pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		pods, err := c.podLister.List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, p := range pods {
+			if !isTerminal(&p.Status) || p.DeletionTimestamp != nil {
+				c.statusQueue.Add(keyOf(p))
+			}
+		}
+	}
+}
+
+func keyOf(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

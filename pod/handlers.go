@@ -1,0 +1,215 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+)
+
+// statusHandler brings the API's status of a pod up to the provider's.
+func (c *Controller) statusHandler(ctx context.Context, key string) error {
+	unlock := c.state.lock(key)
+	defer unlock()
+
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	p, err := c.podLister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st := c.state.get(key)
+	if st.providerUID != p.UID || isTerminal(&p.Status) {
+		return nil // not (yet) in the provider, or finished for good
+	}
+	status := st.notified
+	if status == nil {
+		done := c.metrics.observeProviderCall("GetPodStatus")
+		status, err = c.provider.GetPodStatus(ctx, ns, name)
+		done(err)
+		if errdefs.IsNotFound(err) {
+			if p.DeletionTimestamp != nil {
+				c.deleteQueue.Add(key)
+				return nil
+			}
+			// The provider lost the pod: the sync handler starts it again or, if
+			// its restart policy forbids that, marks it failed.
+			c.log.Warn("provider no longer has the pod", "pod", key)
+			c.state.update(key, func(s *podState) { s.providerUID, s.applied = "", nil })
+			c.syncQueue.Add(key)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("GetPodStatus %s: %w", key, err)
+		}
+	}
+	return c.writeStatus(ctx, p, status)
+}
+
+// writeStatus patches the status subresource of p with what the provider reports,
+// if that changes anything.
+func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus) error {
+	desired := mergeStatus(p.Status, fromProvider)
+	patch, err := statusPatch(p.UID, &p.Status, &desired)
+	if err != nil || patch == nil {
+		return err
+	}
+	done := c.metrics.observeStatusWrite()
+	_, err = c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	done(err)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // the pod is gone or was replaced; its successor gets its own sync
+	}
+	if err != nil {
+		return fmt.Errorf("patching status of %s: %w", keyOf(p), err)
+	}
+	return nil
+}
+
+// deleteHandler stops a pod the API is deleting (or has deleted) and, once the
+// provider confirms or the grace period is over, removes it from the API.
+func (c *Controller) deleteHandler(ctx context.Context, key string) error {
+	unlock := c.state.lock(key)
+	defer unlock()
+
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	st := c.state.get(key)
+	p, err := c.podLister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		// Gone from the API (force-deleted, or deleted while we were away): the
+		// provider must not keep running it.
+		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
+			return err
+		}
+		c.state.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.DeletionTimestamp == nil {
+		return nil
+	}
+	if st.providerUID != "" && st.providerUID != p.UID {
+		// An earlier pod of the same name still runs in the provider.
+		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
+			return err
+		}
+		c.state.forget(key)
+		st = podState{}
+	}
+
+	inProvider := st.providerUID == p.UID
+	if inProvider && st.deleteRequested != p.UID {
+		// Always asked, and asked again until the provider accepts, whatever
+		// happened to status writes before.
+		if err := c.deleteFromProvider(ctx, p); err != nil {
+			return err
+		}
+		c.state.update(key, func(s *podState) { s.deleteRequested = p.UID })
+	}
+
+	gone := !inProvider
+	if inProvider {
+		done := c.metrics.observeProviderCall("GetPodStatus")
+		status, err := c.provider.GetPodStatus(ctx, ns, name)
+		done(err)
+		switch {
+		case errdefs.IsNotFound(err):
+			gone = true
+		case err == nil:
+			gone = stopped(status)
+		default:
+			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
+		}
+	}
+	remaining := p.DeletionTimestamp.Time.Sub(c.clock.Now())
+	if !gone && remaining > 0 {
+		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
+		return nil
+	}
+	if !gone {
+		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
+	}
+	if err := c.removeFromAPI(ctx, p); err != nil {
+		return err
+	}
+	c.state.forget(key)
+	return nil
+}
+
+// removeFromAPI deletes the pod object for good, only if it is still the same pod.
+func (c *Controller) removeFromAPI(ctx context.Context, p *corev1.Pod) error {
+	done := c.metrics.observeAPIDelete()
+	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &p.UID},
+	})
+	done(err)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return fmt.Errorf("removing %s from the API: %w", keyOf(p), err)
+}
+
+// reconcileProvider runs once before the workers start: it learns which pods the
+// provider already runs (after a restart of this process) and queues the deletion
+// of those the API no longer has.
+func (c *Controller) reconcileProvider(ctx context.Context) error {
+	var pods []*corev1.Pod
+	backoff := 500 * time.Millisecond
+	for {
+		done := c.metrics.observeProviderCall("GetPods")
+		var err error
+		pods, err = c.provider.GetPods(ctx)
+		done(err)
+		if err == nil {
+			break
+		}
+		c.log.Warn("cannot list the provider's pods; retrying", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod controller: listing provider pods: %w", ctx.Err())
+		case <-c.clock.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+	orphans := 0
+	for _, pp := range pods {
+		key := keyOf(pp)
+		uid := pp.UID
+		apiPod, err := c.podLister.Pods(pp.Namespace).Get(pp.Name)
+		if uid == "" && err == nil {
+			uid = apiPod.UID // a provider that keeps no UIDs runs the pod the API has
+		}
+		c.state.update(key, func(s *podState) {
+			s.providerUID, s.lastPod, s.applied = uid, pp.DeepCopy(), updatableOf(pp)
+		})
+		// A different UID under the same name is replaced by the sync handler.
+		if err != nil || apiPod.DeletionTimestamp != nil {
+			orphans++
+			c.deleteQueue.Add(key)
+		}
+		if err == nil {
+			c.statusQueue.Add(key)
+		}
+	}
+	c.log.Info("reconciled with provider", "providerPods", len(pods), "toDelete", orphans)
+	return nil
+}

@@ -1,0 +1,114 @@
+package pod
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// podState is what the controller remembers about one pod key (namespace/name)
+// between syncs. It is a cache of facts learned from the provider, never a second
+// source of truth: after a restart it is rebuilt from GetPods.
+type podState struct {
+	// providerUID is the UID of the incarnation the provider runs under this key,
+	// empty if the provider has none.
+	providerUID types.UID
+	// applied is the updatable part of the pod last accepted by CreatePod/UpdatePod.
+	applied *updatable
+	// lastPod is the last pod object handed to or received from the provider, used to
+	// call DeletePod once the API object is gone.
+	lastPod *corev1.Pod
+	// deleteRequested is the UID for which DeletePod has succeeded.
+	deleteRequested types.UID
+	// notified is the latest status pushed by a PodNotifier for providerUID.
+	notified *corev1.PodStatus
+}
+
+// stateStore holds the podState of every key and a lock per key, so the sync,
+// status and deletion workers never talk to the provider about the same pod at once.
+type stateStore struct {
+	mu     sync.Mutex
+	states map[string]*podState
+	locks  map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func newStateStore() *stateStore {
+	return &stateStore{states: map[string]*podState{}, locks: map[string]*keyLock{}}
+}
+
+// lock takes the lock of key and returns its release function.
+func (s *stateStore) lock(key string) func() {
+	s.mu.Lock()
+	l := s.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		s.locks[key] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(s.locks, key)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// get returns a copy of the state of key (zero value if none).
+func (s *stateStore) get(key string) podState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.states[key]; st != nil {
+		return *st
+	}
+	return podState{}
+}
+
+// update applies fn to the state of key, creating it if needed.
+func (s *stateStore) update(key string, fn func(*podState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.states[key]
+	if st == nil {
+		st = &podState{}
+		s.states[key] = st
+	}
+	fn(st)
+}
+
+// updateIfExists applies fn to the state of key if there is one.
+func (s *stateStore) updateIfExists(key string, fn func(*podState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.states[key]; st != nil {
+		fn(st)
+	}
+}
+
+// forget drops the state of key.
+func (s *stateStore) forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.states, key)
+}
+
+// keys returns the keys with state.
+func (s *stateStore) keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.states))
+	for k := range s.states {
+		out = append(out, k)
+	}
+	return out
+}

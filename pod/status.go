@@ -1,0 +1,137 @@
+package pod
+
+import (
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+)
+
+// mergeStatus returns the status the API pod should have once the provider's view
+// is applied to it. The provider owns the phase, reason and message, addresses, start
+// time and container statuses; conditions are merged by type, so conditions written
+// by others (readiness gates, DisruptionTarget, …) stay, and a condition whose status
+// did not change keeps its transition time. Everything else (qosClass, resize
+// status, …) is kept from the API pod.
+func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus) corev1.PodStatus {
+	out := *current.DeepCopy()
+	p := fromProvider
+	if p.Phase != "" {
+		out.Phase = p.Phase
+	}
+	out.Reason, out.Message = p.Reason, p.Message
+	if p.HostIP != "" {
+		out.HostIP, out.HostIPs = p.HostIP, p.HostIPs
+	}
+	if p.PodIP != "" {
+		out.PodIP, out.PodIPs = p.PodIP, p.PodIPs
+	}
+	if p.StartTime != nil {
+		out.StartTime = p.StartTime.DeepCopy()
+	}
+	if p.ContainerStatuses != nil {
+		out.ContainerStatuses = p.ContainerStatuses
+	}
+	if p.InitContainerStatuses != nil {
+		out.InitContainerStatuses = p.InitContainerStatuses
+	}
+	if p.EphemeralContainerStatuses != nil {
+		out.EphemeralContainerStatuses = p.EphemeralContainerStatuses
+	}
+	for _, c := range p.Conditions {
+		out.Conditions = upsertCondition(out.Conditions, c)
+	}
+	return out
+}
+
+func upsertCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type != c.Type {
+			continue
+		}
+		if conds[i].Status == c.Status && !conds[i].LastTransitionTime.IsZero() {
+			c.LastTransitionTime = conds[i].LastTransitionTime
+		}
+		if equality.Semantic.DeepEqual(conds[i], c) {
+			return conds
+		}
+		conds[i] = c
+		return conds
+	}
+	return append(conds, c)
+}
+
+// statusPatch builds the strategic-merge patch that turns current into desired for
+// the pod with the given UID, or nil when there is nothing to write. The patch
+// carries metadata.uid, so the API server refuses it if the pod was replaced by
+// another with the same name in the meantime.
+func statusPatch(uid types.UID, current, desired *corev1.PodStatus) ([]byte, error) {
+	if equality.Semantic.DeepEqual(current, desired) {
+		return nil, nil
+	}
+	oldJSON, err := json.Marshal(corev1.Pod{Status: *current})
+	if err != nil {
+		return nil, err
+	}
+	newJSON, err := json.Marshal(corev1.Pod{Status: *desired})
+	if err != nil {
+		return nil, err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("building status patch: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(patch, &m); err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	m["metadata"] = map[string]any{"uid": uid}
+	return json.Marshal(m)
+}
+
+// isTerminal reports whether the pod has finished for good.
+func isTerminal(s *corev1.PodStatus) bool {
+	return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
+}
+
+// stopped reports whether the provider says nothing of the pod runs any more: the
+// pod is terminal, or every app container has terminated and no init container runs.
+// A waiting container may still start, so it does not count as stopped.
+func stopped(s *corev1.PodStatus) bool {
+	if isTerminal(s) {
+		return true
+	}
+	if len(s.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range s.InitContainerStatuses {
+		if cs.State.Running != nil {
+			return false
+		}
+	}
+	for _, cs := range s.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// hasStarted reports whether the API has seen the pod run.
+func hasStarted(s *corev1.PodStatus) bool {
+	if s.Phase == corev1.PodRunning {
+		return true
+	}
+	for _, cs := range s.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0 {
+			return true
+		}
+	}
+	return false
+}

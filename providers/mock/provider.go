@@ -1,0 +1,427 @@
+package mock
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// The interfaces of the provider contract the mock implements.
+var (
+	_ provider.PodLifecycleHandler     = (*Provider)(nil)
+	_ provider.PodNotifier             = (*Provider)(nil)
+	_ provider.NodeProvider            = (*Provider)(nil)
+	_ provider.NodeConfigurer          = (*Provider)(nil)
+	_ provider.StatsProvider           = (*Provider)(nil)
+	_ provider.ResourceMetricsProvider = (*Provider)(nil)
+	_ provider.ContainerLogsProvider   = (*Provider)(nil)
+	_ provider.ContainerExecProvider   = (*Provider)(nil)
+	_ provider.ContainerAttachProvider = (*Provider)(nil)
+	_ provider.PortForwardProvider     = (*Provider)(nil)
+)
+
+const (
+	// defaultHostIP is the pods' hostIP when neither WithHostIP nor the node's
+	// InternalIP (seen by ConfigureNode) gives one.
+	defaultHostIP = "10.0.0.1"
+	// defaultGracePeriod is the grace period of a pod that sets none (the API default).
+	defaultGracePeriod = 30 * time.Second
+)
+
+// firstPodIP is the first address handed to a pod (10.244.0.1); the next pods count
+// up from it.
+var firstPodIP = binary.BigEndian.Uint32(net.IPv4(10, 244, 0, 1).To4())
+
+// Provider is the in-memory mock provider. Create it with New. All its methods are
+// safe for concurrent use.
+type Provider struct {
+	nodeName string
+	cfg      Config
+	clock    clock.WithTicker
+	log      *slog.Logger
+	started  time.Time // when New ran: the node's stats start time
+
+	// failMu guards rng, which decides the injected failures (nil without them).
+	failMu sync.Mutex
+	rng    *rand.Rand
+
+	// mu guards everything below. Pod records are immutable once stored (a change
+	// stores a new record), so a snapshot of pointers can be read after unlocking.
+	mu           sync.Mutex
+	pods         map[string]*podRecord // by namespace/name
+	createCounts map[types.UID]int     // pods actually created, by UID (persisted)
+	deleteCalls  map[types.UID]int     // DeletePod calls, by UID (persisted)
+	nextIP       uint32                // offset from firstPodIP of the next pod IP (persisted)
+	hostIP       string                // given by WithHostIP, else the node's InternalIP
+	hostIPFixed  bool                  // hostIP came from WithHostIP: ConfigureNode leaves it
+	capacity     corev1.ResourceList   // the node's capacity and allocatable
+	node         *corev1.Node          // the node as last configured: base of node notifications
+	notifyNode   func(*corev1.Node)    // from NotifyNodeStatus
+	pingErr      error                 // what Ping returns (SetPingError)
+	sched        *scheduler            // delivers pod notifications while NotifyPods' ctx lives
+	version      uint64                // bumped on every change the StateFile must record
+	cpuCoreNanos uint64                // the node's cumulative CPU, integrated at each sample
+	cpuSampledAt time.Time             // when cpuCoreNanos was last brought up to date
+
+	// saveMu serialises writes of the StateFile; savedVersion is the version on disk.
+	saveMu       sync.Mutex
+	savedVersion uint64
+}
+
+// Option changes how New builds the provider.
+type Option func(*Provider)
+
+// WithClock makes the provider read time and set its timers from c, so that tests can
+// drive it with a fake clock. The default is the real clock.
+func WithClock(c clock.WithTicker) Option {
+	return func(p *Provider) { p.clock = c }
+}
+
+// WithLogger sets the logger; the default is slog.Default(). The mock logs pod
+// transitions at debug level and persistence problems at warning level.
+func WithLogger(l *slog.Logger) Option {
+	return func(p *Provider) { p.log = l }
+}
+
+// WithHostIP sets the hostIP the mock reports for its pods (and the podIP of
+// hostNetwork pods). Without it the mock uses the node's InternalIP as seen by
+// ConfigureNode, or 10.0.0.1 before that.
+func WithHostIP(ip string) Option {
+	return func(p *Provider) {
+		p.hostIP = ip
+		p.hostIPFixed = true
+	}
+}
+
+// New returns a mock provider for the node nodeName. Empty capacity fields of cfg take
+// their defaults. With cfg.StateFile set, New loads the pods and counts saved there by
+// an earlier process, if the file exists.
+func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
+	cfg = cfg.withDefaults()
+	capacity, err := cfg.validate()
+	if err != nil {
+		return nil, fmt.Errorf("mock provider config: %w", err)
+	}
+	if cfg.ProviderID == "" {
+		cfg.ProviderID = "mock://" + nodeName
+	}
+	p := &Provider{
+		nodeName:     nodeName,
+		cfg:          cfg,
+		clock:        clock.RealClock{},
+		log:          slog.Default(),
+		pods:         map[string]*podRecord{},
+		createCounts: map[types.UID]int{},
+		deleteCalls:  map[types.UID]int{},
+		hostIP:       defaultHostIP,
+		capacity:     capacity,
+	}
+	for _, opt := range opts {
+		opt(p)
+	}
+	p.log = p.log.With("provider", "mock", "node", nodeName)
+	p.started = p.clock.Now()
+	p.cpuSampledAt = p.started
+	if cfg.FailureRate > 0 {
+		seed := uint64(cfg.Seed)
+		if seed == 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+		p.rng = rand.New(rand.NewPCG(seed, seed))
+	}
+	if cfg.StateFile != "" {
+		if err := p.load(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// podRecord is what the mock knows of one pod. Its status is not stored: it is a
+// function of these times and the clock (see status.go). Records are never modified
+// once stored in Provider.pods.
+type podRecord struct {
+	pod     *corev1.Pod // as last given by CreatePod, UpdatePod or DeletePod
+	podIP   string
+	hostIP  string
+	created time.Time // CreatePod accepted it
+	running time.Time // created + StartDelay: its containers run from then on
+	deleted time.Time // DeletePod was first called; zero if it was not
+	stopped time.Time // its containers stop then; zero unless deleted
+}
+
+func (r *podRecord) key() string { return podKey(r.pod.Namespace, r.pod.Name) }
+
+func (r *podRecord) deleting() bool { return !r.deleted.IsZero() }
+
+// goneAt reports whether the pod has stopped at now, and so no longer exists.
+func (r *podRecord) goneAt(now time.Time) bool {
+	return r.deleting() && !now.Before(r.stopped)
+}
+
+// runningAt reports whether the pod's containers have started at now.
+func (r *podRecord) runningAt(now time.Time) bool { return !now.Before(r.running) }
+
+// podAt returns a copy of the pod with its status at now.
+func (r *podRecord) podAt(now time.Time) *corev1.Pod {
+	pod := r.pod.DeepCopy()
+	pod.Status = podStatusAt(r, now)
+	return pod
+}
+
+func podKey(namespace, name string) string { return namespace + "/" + name }
+
+func notFound(namespace, name string) error {
+	return errdefs.NotFound("mock: pod %s/%s not found", namespace, name)
+}
+
+// lookupLocked returns the record of a pod that exists at now, or nil. A pod found
+// stopped is dropped from memory, unless the scheduler runs: it must deliver the
+// pod's last status first, and drops it then.
+func (p *Provider) lookupLocked(key string, now time.Time) *podRecord {
+	rec := p.pods[key]
+	if rec == nil {
+		return nil
+	}
+	if rec.goneAt(now) {
+		if p.sched == nil {
+			delete(p.pods, key)
+			p.version++
+		}
+		return nil
+	}
+	return rec
+}
+
+// injectFailure returns the injected error of a call that is to fail, or nil.
+func (p *Provider) injectFailure(op string, pod *corev1.Pod) error {
+	if p.rng == nil {
+		return nil
+	}
+	p.failMu.Lock()
+	fail := p.rng.Float64() < p.cfg.FailureRate
+	p.failMu.Unlock()
+	if !fail {
+		return nil
+	}
+	return errdefs.Unavailable("mock: injected failure: %s %s/%s", op, pod.Namespace, pod.Name)
+}
+
+// allocIPLocked returns the next pod IP.
+func (p *Provider) allocIPLocked() string {
+	ip := make(net.IP, 4)
+	binary.BigEndian.PutUint32(ip, firstPodIP+p.nextIP)
+	p.nextIP++
+	return ip.String()
+}
+
+// CreatePod accepts the pod: it is Pending until StartDelay has passed, then Running.
+// Creating a pod that exists with the same UID does nothing; with another UID, the new
+// pod replaces the old one.
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := p.injectFailure("create", pod); err != nil {
+		return err
+	}
+	key := podKey(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	now := p.clock.Now()
+	if old := p.lookupLocked(key, now); old != nil && old.pod.UID == pod.UID {
+		p.mu.Unlock()
+		// A retry: it may follow a failed write of the StateFile.
+		return p.save()
+	}
+	rec := &podRecord{
+		pod:     pod.DeepCopy(),
+		hostIP:  p.hostIP,
+		created: now,
+		running: now.Add(p.cfg.StartDelay.Duration),
+	}
+	if pod.Spec.HostNetwork {
+		rec.podIP = rec.hostIP
+	} else {
+		rec.podIP = p.allocIPLocked()
+	}
+	p.pods[key] = rec
+	p.createCounts[pod.UID]++
+	p.version++
+	if p.sched != nil {
+		p.sched.pushLocked(now, rec)
+		if rec.running.After(now) {
+			p.sched.pushLocked(rec.running, rec)
+		}
+	}
+	p.mu.Unlock()
+	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIP, "running", rec.running)
+	return p.save()
+}
+
+// UpdatePod stores the new spec and metadata of the pod (the reported container
+// images follow the spec). Its state (pending, running, deleting) is unchanged.
+func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := p.injectFailure("update", pod); err != nil {
+		return err
+	}
+	key := podKey(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	now := p.clock.Now()
+	old := p.lookupLocked(key, now)
+	if old == nil || old.pod.UID != pod.UID {
+		p.mu.Unlock()
+		return notFound(pod.Namespace, pod.Name)
+	}
+	rec := *old
+	rec.pod = pod.DeepCopy()
+	p.pods[key] = &rec
+	p.version++
+	if p.sched != nil {
+		p.sched.pushLocked(now, &rec)
+	}
+	p.mu.Unlock()
+	p.log.Debug("pod updated", "pod", key, "uid", pod.UID)
+	return p.save()
+}
+
+// DeletePod starts stopping the pod and returns. Its containers are reported
+// terminated, and the pod gone, after StopDelay or its grace period, whichever is
+// shorter. A second call can shorten that time, never lengthen it.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	p.deleteCalls[pod.UID]++
+	p.version++
+	p.mu.Unlock()
+	if err := p.injectFailure("delete", pod); err != nil {
+		return err
+	}
+
+	key := podKey(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	now := p.clock.Now()
+	old := p.lookupLocked(key, now)
+	if old == nil || old.pod.UID != pod.UID {
+		p.mu.Unlock()
+		// The count above still needs saving.
+		if err := p.save(); err != nil {
+			return err
+		}
+		return notFound(pod.Namespace, pod.Name)
+	}
+	rec := *old
+	rec.pod = pod.DeepCopy()
+	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
+	if !rec.deleting() {
+		rec.deleted = now
+		rec.stopped = stopAt
+	} else if stopAt.Before(rec.stopped) {
+		rec.stopped = stopAt
+	}
+	p.pods[key] = &rec
+	p.version++
+	if p.sched != nil {
+		p.sched.pushLocked(rec.stopped, &rec)
+	}
+	p.mu.Unlock()
+	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped)
+	return p.save()
+}
+
+// gracePeriod is the time the pod is given to stop: its deletion grace period, else
+// its spec's, else the API default.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return max(0, time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second)
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return max(0, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
+	default:
+		return defaultGracePeriod
+	}
+}
+
+// GetPod returns a copy of the pod with its current status, or a NotFound error once
+// it has stopped.
+func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	rec := p.lookupLocked(podKey(namespace, name), now)
+	if rec == nil {
+		return nil, notFound(namespace, name)
+	}
+	return rec.podAt(now), nil
+}
+
+// GetPodStatus returns the pod's current status, or a NotFound error once it has
+// stopped.
+func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	rec := p.lookupLocked(podKey(namespace, name), now)
+	if rec == nil {
+		return nil, notFound(namespace, name)
+	}
+	status := podStatusAt(rec, now)
+	return &status, nil
+}
+
+// GetPods returns copies of every pod that has not stopped, sorted by namespace/name.
+func (p *Provider) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	return p.Pods(), nil
+}
+
+// Pods returns copies of every pod that has not stopped, with their status, sorted
+// by namespace/name. It is meant for tests.
+func (p *Provider) Pods() []*corev1.Pod {
+	now, recs := p.snapshot()
+	pods := make([]*corev1.Pod, 0, len(recs))
+	for _, rec := range recs {
+		pods = append(pods, rec.podAt(now))
+	}
+	return pods
+}
+
+// snapshot returns the time and the records of the pods that exist then, sorted by
+// namespace/name. The records are immutable, so the caller may read them unlocked.
+func (p *Provider) snapshot() (time.Time, []*podRecord) {
+	p.mu.Lock()
+	now := p.clock.Now()
+	recs := make([]*podRecord, 0, len(p.pods))
+	for key := range p.pods {
+		if rec := p.lookupLocked(key, now); rec != nil {
+			recs = append(recs, rec)
+		}
+	}
+	p.mu.Unlock()
+	sort.Slice(recs, func(i, j int) bool { return recs[i].key() < recs[j].key() })
+	return now, recs
+}
+
+// CreateCount returns how many times a pod with this UID was actually created, not
+// counting idempotent repeats. It is kept in the StateFile, so a test can tell whether
+// a restarted controller created a pod twice. It is meant for tests.
+func (p *Provider) CreateCount(uid types.UID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.createCounts[uid]
+}
+
+// DeleteCalls returns how many times DeletePod was called for this UID, whatever the
+// outcome (injected failures and NotFound answers included). It is meant for tests.
+func (p *Provider) DeleteCalls(uid types.UID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deleteCalls[uid]
+}

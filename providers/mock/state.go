@@ -1,0 +1,154 @@
+package mock
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// stateVersion is the format of the StateFile.
+const stateVersion = 1
+
+// state is the content of the StateFile: everything a restarted process needs to carry
+// on as if it had not stopped. Times are absolute, so a pod whose StartDelay or
+// StopDelay ran out while the process was down is found running or gone.
+type state struct {
+	Version      int               `json:"version"`
+	NextIP       uint32            `json:"nextIP"`
+	Pods         []savedPod        `json:"pods"`
+	CreateCounts map[types.UID]int `json:"createCounts,omitempty"`
+	DeleteCalls  map[types.UID]int `json:"deleteCalls,omitempty"`
+}
+
+type savedPod struct {
+	Pod     *corev1.Pod `json:"pod"`
+	PodIP   string      `json:"podIP"`
+	HostIP  string      `json:"hostIP"`
+	Created time.Time   `json:"created"`
+	Running time.Time   `json:"running"`
+	Deleted time.Time   `json:"deleted,omitzero"`
+	Stopped time.Time   `json:"stopped,omitzero"`
+}
+
+// save writes the current state to the StateFile, unless a concurrent call already
+// wrote it (or a later one): concurrent changes share one write. It returns once the
+// state as of its call is on disk.
+//
+// The file is replaced by rename, so a crash never leaves it half written. It is not
+// fsynced: the file must survive the process being killed, not the machine losing
+// power, and an fsync per change would make the mock slow.
+func (p *Provider) save() error {
+	if p.cfg.StateFile == "" {
+		return nil
+	}
+	p.mu.Lock()
+	want := p.version
+	p.mu.Unlock()
+
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
+	if p.savedVersion >= want {
+		return nil
+	}
+	p.mu.Lock()
+	version := p.version
+	st := state{
+		Version:      stateVersion,
+		NextIP:       p.nextIP,
+		Pods:         make([]savedPod, 0, len(p.pods)),
+		CreateCounts: make(map[types.UID]int, len(p.createCounts)),
+		DeleteCalls:  make(map[types.UID]int, len(p.deleteCalls)),
+	}
+	for _, rec := range p.pods {
+		st.Pods = append(st.Pods, savedPod{
+			Pod: rec.pod, PodIP: rec.podIP, HostIP: rec.hostIP,
+			Created: rec.created, Running: rec.running, Deleted: rec.deleted, Stopped: rec.stopped,
+		})
+	}
+	for uid, n := range p.createCounts {
+		st.CreateCounts[uid] = n
+	}
+	for uid, n := range p.deleteCalls {
+		st.DeleteCalls[uid] = n
+	}
+	p.mu.Unlock()
+
+	// The records are immutable: they are encoded without the lock.
+	if err := writeFileAtomic(p.cfg.StateFile, st); err != nil {
+		return fmt.Errorf("mock: saving state: %w", err)
+	}
+	p.savedVersion = version
+	return nil
+}
+
+func writeFileAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// load reads the StateFile, if it exists, into the empty provider. Pods that stopped
+// while no process ran are dropped.
+func (p *Provider) load() error {
+	data, err := os.ReadFile(p.cfg.StateFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mock: loading state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
+	}
+	if st.Version != stateVersion {
+		return fmt.Errorf("mock: loading state %s: format version %d, want %d", p.cfg.StateFile, st.Version, stateVersion)
+	}
+	now := p.clock.Now()
+	p.nextIP = st.NextIP
+	for _, sp := range st.Pods {
+		if sp.Pod == nil {
+			return fmt.Errorf("mock: loading state %s: a pod entry has no pod", p.cfg.StateFile)
+		}
+		rec := &podRecord{
+			pod: sp.Pod, podIP: sp.PodIP, hostIP: sp.HostIP,
+			created: sp.Created, running: sp.Running, deleted: sp.Deleted, stopped: sp.Stopped,
+		}
+		if !rec.goneAt(now) {
+			p.pods[rec.key()] = rec
+		}
+	}
+	for uid, n := range st.CreateCounts {
+		p.createCounts[uid] = n
+	}
+	for uid, n := range st.DeleteCalls {
+		p.deleteCalls[uid] = n
+	}
+	p.savedVersion = p.version
+	p.log.Info("loaded state", "file", p.cfg.StateFile, "pods", len(p.pods))
+	return nil
+}
