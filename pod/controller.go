@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -22,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"golang.org/x/time/rate"
 
 	"github.com/vkubelet/vkubelet/provider"
 )
@@ -46,7 +46,7 @@ type Config struct {
 	// Metrics receives the controller's own metrics; nil keeps them unregistered.
 	Metrics *Metrics
 	// Clock drives grace periods and polling; nil means the real clock.
-	Clock clock.WithTicker
+	Clock  clock.WithTicker
 	Logger *slog.Logger
 }
 
@@ -60,7 +60,7 @@ type Controller struct {
 
 	informers informers.SharedInformerFactory
 	// podLister reads pods bound to our node from the informer's cache.
-	podLister corelisters.PodLister
+	podLister  corelisters.PodLister
 	podsSynced cache.InformerSynced
 
 	// syncQueue: pods to create or update in the provider.
