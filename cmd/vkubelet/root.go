@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/vkubelet/vkubelet/internal/agent"
+	"github.com/vkubelet/vkubelet/internal/providers"
+	"github.com/vkubelet/vkubelet/internal/version"
+)
+
+// nodeFlags are the flags of a node process, shared by `vkubelet` and `vkubelet up`.
+// Names and meanings follow upstream virtual-kubelet where they are the same.
+type nodeFlags struct {
+	cfg      agent.Config
+	logLevel string
+}
+
+func defaultNodeFlags() *nodeFlags {
+	hostname, _ := os.Hostname()
+	port := int32(10250)
+	if v := os.Getenv("KUBELET_PORT"); v != "" {
+		if p, err := strconv.ParseInt(v, 10, 32); err == nil {
+			port = int32(p)
+		}
+	}
+	ip := os.Getenv("VKUBELET_POD_IP")
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	return &nodeFlags{
+		cfg: agent.Config{
+			NodeName:           envOr("DEFAULT_NODE_NAME", strings.ToLower(hostname)),
+			Provider:           "mock",
+			Kubeconfig:         os.Getenv("KUBECONFIG"),
+			OperatingSystem:    "linux",
+			InternalIP:         ip,
+			KubeletPort:        port,
+			PodSyncWorkers:     10,
+			FullResyncPeriod:   time.Minute,
+			StatusPollInterval: 5 * time.Second,
+			StartupTimeout:     0,
+			ClusterDomain:      "cluster.local",
+			KubeAPIQPS:         50,
+			KubeAPIBurst:       100,
+			LeaseDuration:      40 * time.Second,
+			RenewInterval:      10 * time.Second,
+		},
+		logLevel: "info",
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (f *nodeFlags) register(fs *pflag.FlagSet) {
+	c := &f.cfg
+	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
+	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(providers.Names(), ", "))
+	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the cluster to join ($KUBECONFIG; empty: in-cluster config)")
+	fs.StringVar(&c.OperatingSystem, "os", c.OperatingSystem, "operating system reported by the node (kubernetes.io/os)")
+	fs.StringVar(&c.InternalIP, "address", c.InternalIP, "InternalIP address of the node, where the API server reaches the kubelet API ($VKUBELET_POD_IP)")
+	fs.Int32Var(&c.KubeletPort, "kubelet-port", c.KubeletPort, "port of the kubelet API ($KUBELET_PORT)")
+	fs.IntVar(&c.PodSyncWorkers, "pod-sync-workers", c.PodSyncWorkers, "workers per pod queue")
+	fs.DurationVar(&c.FullResyncPeriod, "full-resync-period", c.FullResyncPeriod, "how often every pod is synced again; 0 disables")
+	fs.DurationVar(&c.StatusPollInterval, "status-poll-interval", c.StatusPollInterval, "how often pod statuses are read from a provider that does not push them")
+	fs.DurationVar(&c.StartupTimeout, "startup-timeout", c.StartupTimeout, "fail if the node is not ready within this time; 0 waits forever")
+	fs.BoolVar(&c.DisableTaint, "disable-taint", c.DisableTaint, "do not taint the node with virtual-kubelet.io/provider=<provider>:NoSchedule")
+	fs.StringVar(&c.ClusterDomain, "cluster-domain", c.ClusterDomain, "cluster DNS domain, for providers that configure pod DNS")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address of the agent's Prometheus /metrics endpoint (e.g. :10255); empty disables")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "queries per second to the API server")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of queries to the API server")
+	fs.DurationVar(&c.LeaseDuration, "node-lease-duration", c.LeaseDuration, "duration of the node's Lease")
+	fs.DurationVar(&c.RenewInterval, "node-lease-renew-interval", c.RenewInterval, "how often the node's Lease is renewed")
+	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn, error")
+}
+
+// logger builds the process's structured logger and makes it the default.
+func (f *nodeFlags) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	l := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(l)
+	return l, nil
+}
+
+func newRootCommand() *cobra.Command {
+	f := defaultNodeFlags()
+	cmd := &cobra.Command{
+		Use:   "vkubelet",
+		Short: "Run a virtual node: the Kubernetes API on top, a provider behind",
+		Long: `vkubelet registers a virtual node in a Kubernetes cluster and hands every pod the
+scheduler binds to it to a provider. It stops on SIGINT or SIGTERM, leaving the
+provider's pods running; started again, it picks them up.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := f.logger()
+			if err != nil {
+				return err
+			}
+			f.cfg.Logger = log
+			n, err := agent.New(cmd.Context(), f.cfg)
+			if err != nil {
+				return err
+			}
+			return n.Run(cmd.Context(), nil)
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.AddCommand(newVersionCommand(), newProvidersCommand(), newUpCommand())
+	return cmd
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "vkubelet %s (Kubernetes %s)\n", version.Version, version.KubernetesVersion)
+		},
+	}
+}
+
+func newProvidersCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "providers",
+		Short: "List the providers compiled in",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			for _, n := range providers.Names() {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+		},
+	}
+}

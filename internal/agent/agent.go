@@ -1,0 +1,193 @@
+// Package agent wires a virtual node together: API client, provider, node
+// controller, pod controller and the agent's own metrics endpoint. It is the only
+// package besides the CLI that knows every other one; `vkubelet` and `vkubelet up`
+// call Run.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vkubelet/vkubelet/internal/providers"
+	"github.com/vkubelet/vkubelet/internal/version"
+	"github.com/vkubelet/vkubelet/node"
+	"github.com/vkubelet/vkubelet/pod"
+)
+
+// Config is everything a node process is configured with; the CLI fills it from flags.
+type Config struct {
+	NodeName       string
+	Provider       string
+	ProviderConfig string
+	// Kubeconfig is the path of the kubeconfig; "" uses in-cluster config.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (in-process callers).
+	RESTConfig *rest.Config
+
+	OperatingSystem  string
+	InternalIP       string
+	KubeletPort      int32
+	DisableTaint     bool
+	PodSyncWorkers   int
+	FullResyncPeriod time.Duration
+	// StatusPollInterval is how often a provider without a notifier is polled.
+	StatusPollInterval time.Duration
+	StartupTimeout     time.Duration
+	ClusterDomain      string
+	MetricsAddr        string // "" disables the metrics endpoint
+	KubeAPIQPS         float32
+	KubeAPIBurst       int
+	LeaseDuration      time.Duration
+	RenewInterval      time.Duration
+	Logger             *slog.Logger
+}
+
+// Node is a running virtual node.
+type Node struct {
+	cfg      Config
+	client   kubernetes.Interface
+	provider any
+	nodes    *node.Controller
+	pods     *pod.Controller
+	registry *prometheus.Registry
+	log      *slog.Logger
+}
+
+// New builds the node: it connects to the API server and constructs the provider,
+// but starts nothing.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.NodeName == "" {
+		return nil, errors.New("a node name is required (--nodename)")
+	}
+	restCfg := cfg.RESTConfig
+	if restCfg == nil {
+		var err error
+		restCfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, nil).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %q: %w", cfg.Kubeconfig, err)
+		}
+	}
+	restCfg = rest.CopyConfig(restCfg)
+	if cfg.KubeAPIQPS > 0 {
+		restCfg.QPS = cfg.KubeAPIQPS
+	}
+	if cfg.KubeAPIBurst > 0 {
+		restCfg.Burst = cfg.KubeAPIBurst
+	}
+	restCfg.UserAgent = "vkubelet/" + version.Version + " (" + cfg.NodeName + ")"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := providers.New(ctx, cfg.Provider, providers.InitConfig{
+		NodeName: cfg.NodeName, ConfigPath: cfg.ProviderConfig, InternalIP: cfg.InternalIP, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
+		log: cfg.Logger.With("node", cfg.NodeName)}
+	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	n.nodes, err = node.NewController(node.Config{
+		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
+		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
+		KubeletVersion: version.KubeletVersion(), Provider: p,
+		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	metrics := pod.NewMetrics()
+	if err := metrics.Register(n.registry); err != nil {
+		return nil, err
+	}
+	n.pods, err = pod.NewController(pod.Config{
+		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers,
+		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
+		Metrics: metrics, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Client is the node's API client.
+func (n *Node) Client() kubernetes.Interface { return n.client }
+
+// Provider is the node's provider.
+func (n *Node) Provider() any { return n.provider }
+
+// Run runs the node until ctx ends. ready, if not nil, is called once the node is
+// registered and the pod controller has reconciled with the provider. A node that is
+// not ready within StartupTimeout (if set) is an error.
+func (n *Node) Run(ctx context.Context, ready func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return n.nodes.Run(ctx) })
+	g.Go(func() error { return n.pods.Run(ctx) })
+	if n.cfg.MetricsAddr != "" {
+		l, err := net.Listen("tcp", n.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics endpoint: %w", err)
+		}
+		srv := &http.Server{Handler: n.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error { <-ctx.Done(); return srv.Close() })
+		n.log.Info("serving agent metrics", "addr", l.Addr().String())
+	}
+	g.Go(func() error {
+		var timeout <-chan time.Time
+		if n.cfg.StartupTimeout > 0 {
+			t := time.NewTimer(n.cfg.StartupTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		for _, ch := range []<-chan struct{}{n.nodes.Ready(), n.pods.Ready()} {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil
+			case <-timeout:
+				return fmt.Errorf("node %s not ready within the startup timeout of %s", n.cfg.NodeName, n.cfg.StartupTimeout)
+			}
+		}
+		n.log.Info("virtual node ready", "provider", n.cfg.Provider)
+		if ready != nil {
+			ready()
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func (n *Node) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	return mux
+}
