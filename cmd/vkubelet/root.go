@@ -122,7 +122,7 @@ provider's pods running; started again, it picks them up.`,
 		},
 	}
 	f.register(cmd.Flags())
-	cmd.AddCommand(newVersionCommand(), newProvidersCommand(), newUpCommand())
+	cmd.AddCommand(newVersionCommand(), newProvidersCommand(), newUpCommand(), newControlPlaneCommand())
 	return cmd
 }
 

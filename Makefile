@@ -1,0 +1,40 @@
+# vkubelet: the two commands of the quick start are `make up` and `make test`.
+GO      ?= go
+BIN     := bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
+# Integration tests start real control planes; the first run also builds them.
+TEST_TIMEOUT ?= 45m
+
+.PHONY: all setup build controlplane up test unit vet fmt-check
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/vkubelet ./cmd/vkubelet
+
+# Builds (first time, several minutes) or finds the cached control-plane binaries,
+# and links kubectl into bin/ for convenience.
+controlplane: build
+	@ln -sf "$$($(BIN)/vkubelet controlplane build | grep '/kubectl$$')" $(BIN)/kubectl
+
+# Starts a local control plane and a virtual node; prints `export KUBECONFIG=...`.
+up: controlplane
+	$(BIN)/vkubelet up $(UP_ARGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+# Every test, unit and integration, with the race detector.
+test: controlplane fmt-check vet
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Unit tests only: no control plane.
+unit:
+	$(GO) test -race -short ./...

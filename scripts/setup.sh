@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what vkubelet's build, `vkubelet up` and the test suite need on a fresh
+# Debian machine. Idempotent: it installs only what is missing. The control-plane
+# binaries are not installed here: vkubelet builds and caches them on first use.
+set -euo pipefail
+
+need_apt=()
+command -v go >/dev/null || { echo "setup: Go is required (https://go.dev/doc/install); the Debian package is too old" >&2; exit 1; }
+command -v git >/dev/null || need_apt+=(git)
+command -v make >/dev/null || need_apt+=(make)
+command -v gcc >/dev/null || need_apt+=(gcc)   # the race detector needs cgo
+
+if ((${#need_apt[@]})); then
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+  echo "setup: installing ${need_apt[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
