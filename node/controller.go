@@ -1,0 +1,462 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// Config says which node to register and how to keep it alive. Zero durations,
+// OperatingSystem, Architecture, Clock and Logger take the defaults documented on
+// each field.
+type Config struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// ProviderName is the value of the virtual-kubelet.io/provider=<name>:NoSchedule
+	// taint, which is put on the node unless DisableTaint. With DisableTaint, a taint
+	// of that key left by an earlier run is removed.
+	ProviderName string
+	DisableTaint bool
+	// OperatingSystem and Architecture go to the kubernetes.io/os and
+	// kubernetes.io/arch labels and to nodeInfo. Defaults: "linux", runtime.GOARCH.
+	OperatingSystem string
+	Architecture    string
+	// InternalIP is the node's InternalIP address; NodeName is always its Hostname.
+	InternalIP string
+	// KubeletPort is where the kubelet API listens (status.daemonEndpoints).
+	KubeletPort    int32
+	KubeletVersion string
+	// Provider may implement provider.NodeProvider (health and status updates) and
+	// provider.NodeConfigurer (capacity, providerID, topology); it may be nil.
+	Provider any
+	// LeaseDuration is the lease's leaseDurationSeconds (default 40s); RenewInterval
+	// how often it is renewed (default 10s) and must be shorter.
+	LeaseDuration time.Duration
+	RenewInterval time.Duration
+	// StatusUpdateInterval is how often the whole status is written even when nothing
+	// changed, refreshing the heartbeat times of the conditions (default 1m).
+	StatusUpdateInterval time.Duration
+	// PingTimeout bounds each provider Ping (default 5s).
+	PingTimeout time.Duration
+	// Clock drives renewals and status refreshes and stamps the times written
+	// (default: the real clock). Tests pass a fake one.
+	Clock  clock.WithTicker
+	Logger *slog.Logger
+}
+
+// withDefaults returns cfg with the zero fields filled in, or an error naming the
+// first invalid one.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Client == nil {
+		return cfg, errors.New("node: Config.Client is required")
+	}
+	if cfg.NodeName == "" {
+		return cfg, errors.New("node: Config.NodeName is required")
+	}
+	if cfg.OperatingSystem == "" {
+		cfg.OperatingSystem = "linux"
+	}
+	if cfg.Architecture == "" {
+		cfg.Architecture = runtime.GOARCH
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 40 * time.Second
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = 10 * time.Second
+	}
+	if cfg.StatusUpdateInterval == 0 {
+		cfg.StatusUpdateInterval = time.Minute
+	}
+	if cfg.PingTimeout == 0 {
+		cfg.PingTimeout = 5 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.LeaseDuration < time.Second:
+		return cfg, fmt.Errorf("node %s: LeaseDuration %s is under the 1s resolution of a lease", cfg.NodeName, cfg.LeaseDuration)
+	case cfg.RenewInterval < 0 || cfg.RenewInterval >= cfg.LeaseDuration:
+		return cfg, fmt.Errorf("node %s: RenewInterval %s must be positive and shorter than LeaseDuration %s", cfg.NodeName, cfg.RenewInterval, cfg.LeaseDuration)
+	case cfg.StatusUpdateInterval < 0 || cfg.PingTimeout < 0:
+		return cfg, fmt.Errorf("node %s: StatusUpdateInterval and PingTimeout must be positive", cfg.NodeName)
+	}
+	return cfg, nil
+}
+
+// Controller registers the virtual node and keeps it, its status and its lease up
+// to date. All of its state below the "owned by Run" line is touched only by the
+// goroutine running Run (or by a test calling the sync methods directly), so it
+// needs no lock.
+type Controller struct {
+	cfg    Config
+	client kubernetes.Interface // writes the Node and its Lease
+	clock  clock.WithTicker     // drives renewals and stamps every time written
+	log    *slog.Logger
+
+	// nodeProvider is Config.Provider as a NodeProvider, nil if it is not one: then
+	// the node is always healthy and its status changes only with the config.
+	nodeProvider provider.NodeProvider
+	// configurer is Config.Provider as a NodeConfigurer, nil if it is not one.
+	configurer provider.NodeConfigurer
+
+	// nodeGone is signalled (1 slot, never blocks) by the informer on our node when
+	// it is deleted or replaced, so that Run registers it again at once.
+	nodeGone chan struct{}
+	// reported is signalled (1 slot) by the NotifyNodeStatus callback; the newest
+	// reported node waits in latest, guarded by latestMu.
+	reported chan struct{}
+	latestMu sync.Mutex
+	latest   *corev1.Node
+
+	ready     chan struct{} // closed after registration and the first lease write
+	readyOnce sync.Once
+	running   atomic.Bool // Run may be called once
+
+	// --- owned by Run ---
+
+	// desired is the node we register: the config's defaults, the provider's
+	// ConfigureNode, and the status it reported since.
+	desired *corev1.Node
+	// written is the status we last wrote, to remove resources no longer reported.
+	written *corev1.NodeStatus
+	// nodeUID is the UID of the Node as we last saw it: the lease's owner.
+	nodeUID types.UID
+	// lease is the lease as we last wrote it; nil means "read it first".
+	lease *coordinationv1.Lease
+	// healthy is whether the last provider Ping succeeded. While it is false, the
+	// controller writes nothing, so the node-lifecycle controller marks the node
+	// Unknown; writes owed meanwhile are recorded in statusDirty.
+	healthy bool
+	// statusDirty says a write of the node failed or was held back and is owed.
+	statusDirty bool
+}
+
+// NewController checks cfg and returns a controller for its node. Nothing is
+// written before Run.
+func NewController(cfg Config) (*Controller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:      cfg,
+		client:   cfg.Client,
+		clock:    cfg.Clock,
+		log:      cfg.Logger.With("node", cfg.NodeName),
+		nodeGone: make(chan struct{}, 1),
+		reported: make(chan struct{}, 1),
+		ready:    make(chan struct{}),
+		healthy:  true,
+	}
+	c.nodeProvider, _ = cfg.Provider.(provider.NodeProvider)
+	c.configurer, _ = cfg.Provider.(provider.NodeConfigurer)
+	return c, nil
+}
+
+// Ready is closed once the node is registered and its first lease written (which
+// takes a successful provider Ping).
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// Run registers the node, then renews its lease every RenewInterval, writes its
+// status every StatusUpdateInterval and whenever the provider reports a change, and
+// registers it again when it is deleted. It blocks until ctx is done and then
+// returns nil; failed writes are logged and retried, never fatal.
+func (c *Controller) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("node %s: controller is already running", c.cfg.NodeName)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	// A single-node informer tells us when our node is deleted; everything else we
+	// read with a Get right before writing.
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+		}))
+	defer factory.Shutdown() // after cancel, below: waits for the informer to stop
+	defer cancel()
+	informer := factory.Core().V1().Nodes().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			oldNode, ok1 := oldObj.(*corev1.Node)
+			newNode, ok2 := newObj.(*corev1.Node)
+			if ok1 && ok2 && oldNode.UID != newNode.UID {
+				signal(c.nodeGone)
+			}
+		},
+		DeleteFunc: func(any) { signal(c.nodeGone) },
+	}); err != nil {
+		return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
+	}
+	factory.Start(ctx.Done())
+
+	renew := c.clock.NewTicker(c.cfg.RenewInterval)
+	defer renew.Stop()
+	refresh := c.clock.NewTicker(c.cfg.StatusUpdateInterval)
+	defer refresh.Stop()
+
+	c.configure(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return nil
+	}
+	for {
+		err := c.writeNode(ctx)
+		if err == nil {
+			break
+		}
+		c.log.Error("registering node failed; retrying", "err", err, "retryIn", c.cfg.RenewInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-renew.C():
+		}
+	}
+	if c.nodeProvider != nil {
+		c.nodeProvider.NotifyNodeStatus(ctx, c.notifyNodeStatus)
+	}
+	c.heartbeat(ctx)
+
+	for {
+		select {
+		case <-ctx.Done():
+			c.log.Info("node controller stopped")
+			return nil
+		case <-renew.C():
+			c.heartbeat(ctx)
+		case <-refresh.C():
+			c.syncNode(ctx)
+		case <-c.reported:
+			c.takeReportedStatus()
+			c.syncNode(ctx)
+		case <-c.nodeGone:
+			c.log.Info("node was deleted or replaced; registering it again")
+			c.syncNode(ctx)
+			if c.healthy && !c.statusDirty {
+				c.renewLease(ctx) // point the lease at the new Node at once
+			}
+		}
+	}
+}
+
+// configure builds the desired node from the config and the provider's ConfigureNode.
+func (c *Controller) configure(ctx context.Context) {
+	n := desiredNode(c.cfg)
+	if c.configurer != nil {
+		c.configurer.ConfigureNode(ctx, n)
+	}
+	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
+	c.desired = n
+}
+
+// notifyNodeStatus is the callback given to the provider's NotifyNodeStatus. It
+// keeps only the newest node and wakes Run; it never blocks.
+func (c *Controller) notifyNodeStatus(n *corev1.Node) {
+	if n == nil {
+		return
+	}
+	n = n.DeepCopy() // the provider may go on mutating its copy
+	c.latestMu.Lock()
+	c.latest = n
+	c.latestMu.Unlock()
+	signal(c.reported)
+}
+
+// takeReportedStatus folds the newest reported node, if any, into the desired status.
+func (c *Controller) takeReportedStatus() {
+	c.latestMu.Lock()
+	n := c.latest
+	c.latest = nil
+	c.latestMu.Unlock()
+	if n != nil {
+		c.desired.Status = withReportedStatus(c.desired.Status, n.Status)
+	}
+}
+
+// heartbeat pings the provider and, if it answers, writes any owed node status and
+// renews the lease. While Ping fails, nothing is written: the lease expires and the
+// node-lifecycle controller marks the node Unknown. On recovery the node is written
+// at once with Ready=True and fresh times, then the lease is renewed.
+func (c *Controller) heartbeat(ctx context.Context) {
+	if err := c.ping(ctx); err != nil {
+		if c.healthy {
+			c.log.Warn("provider ping failed; not renewing the node lease until it recovers", "err", err)
+		} else {
+			c.log.Debug("provider ping still failing", "err", err)
+		}
+		c.healthy = false
+		return
+	}
+	if !c.healthy {
+		c.log.Info("provider ping recovered; renewing the node lease")
+		c.healthy = true
+		c.statusDirty = true
+	}
+	if c.statusDirty {
+		c.syncNode(ctx)
+	}
+	if c.renewLease(ctx) {
+		c.readyOnce.Do(func() { close(c.ready) })
+	}
+}
+
+func (c *Controller) ping(ctx context.Context) error {
+	if c.nodeProvider == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.PingTimeout)
+	defer cancel()
+	return c.nodeProvider.Ping(ctx)
+}
+
+// syncNode writes the node, recording a failed or held-back write as owed so that
+// the next heartbeat retries it.
+func (c *Controller) syncNode(ctx context.Context) {
+	if !c.healthy {
+		c.statusDirty = true
+		return
+	}
+	if err := c.writeNode(ctx); err != nil {
+		c.log.Error("writing node failed; retrying at the next renewal", "err", err)
+		c.statusDirty = true
+		return
+	}
+	c.statusDirty = false
+}
+
+// writeNode makes the Node in the API server match c.desired: it creates the node
+// if there is none, and otherwise patches in our labels, taints and providerID
+// (when they differ) and our status, leaving every other field alone.
+func (c *Controller) writeNode(ctx context.Context) error {
+	name := c.cfg.NodeName
+	nodes := c.client.CoreV1().Nodes()
+	now := c.clock.Now()
+	cur, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		created, err := nodes.Create(ctx, nodeForCreate(c.desired, now), metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: registering: %w", name, err)
+		}
+		c.nodeUID = created.UID
+		c.written = c.desired.Status.DeepCopy()
+		c.log.Info("registered node", "uid", created.UID)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: reading: %w", name, err)
+	}
+	if cur.UID != c.nodeUID {
+		c.log.Info("found existing node; merging our labels, taints and status into it", "uid", cur.UID)
+		c.nodeUID = cur.UID
+	}
+	if err := c.patchMetadata(ctx, cur); err != nil {
+		return err
+	}
+	patch, err := statusPatch(cur, c.written, &c.desired.Status, now)
+	if err != nil {
+		return err
+	}
+	if _, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("node %s: patching status: %w", name, err)
+	}
+	c.written = c.desired.Status.DeepCopy()
+	return nil
+}
+
+// patchMetadata applies metadataPatch to cur, reading the node again after a
+// conflict (a taint changed by someone else between our read and our write).
+func (c *Controller) patchMetadata(ctx context.Context, cur *corev1.Node) error {
+	nodes := c.client.CoreV1().Nodes()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if cur == nil {
+			var err error
+			if cur, err = nodes.Get(ctx, c.cfg.NodeName, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		patch, err := metadataPatch(cur, c.desired, c.cfg.DisableTaint)
+		if err != nil || patch == nil {
+			return err
+		}
+		cur = nil
+		_, err = nodes.Patch(ctx, c.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: patching labels and taints: %w", c.cfg.NodeName, err)
+	}
+	return nil
+}
+
+// renewLease writes the lease, renewed now and owned by the current Node. A write
+// from a stale copy (conflict, or the lease was garbage-collected with an earlier
+// Node) is retried once from a fresh read. It reports success; failures are logged.
+func (c *Controller) renewLease(ctx context.Context) bool {
+	err := c.tryRenewLease(ctx)
+	if err != nil && c.lease != nil {
+		c.lease = nil
+		err = c.tryRenewLease(ctx)
+	}
+	if err != nil {
+		c.log.Error("renewing node lease failed", "err", err)
+		return false
+	}
+	return true
+}
+
+func (c *Controller) tryRenewLease(ctx context.Context) error {
+	name := c.cfg.NodeName
+	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	base := c.lease
+	if base == nil {
+		got, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			created, err := leases.Create(ctx, renewedLease(nil, name, c.nodeUID, c.cfg.LeaseDuration, c.clock.Now()), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("node %s: creating lease: %w", name, err)
+			}
+			c.lease = created
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: reading lease: %w", name, err)
+		}
+		base = got
+	}
+	updated, err := leases.Update(ctx, renewedLease(base, name, c.nodeUID, c.cfg.LeaseDuration, c.clock.Now()), metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: renewing lease: %w", name, err)
+	}
+	c.lease = updated
+	return nil
+}
+
+// signal wakes the receiver of a 1-slot channel without ever blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,107 @@
+package node
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestConditionsAt(t *testing.T) {
+	then := metav1.NewTime(t0.Add(-time.Hour))
+	now := metav1.NewTime(t0)
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: reasonReady}
+	cases := []struct {
+		name           string
+		current        []corev1.NodeCondition
+		wantTransition metav1.Time
+	}{
+		{"new condition transitions now", nil, now},
+		{"unchanged status keeps its transition time",
+			[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: then}}, then},
+		{"changed status transitions now",
+			[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: then}}, now},
+		{"unchanged status without a transition time transitions now",
+			[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, now},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := conditionsAt(tc.current, []corev1.NodeCondition{ready}, t0)
+			if len(got) != 1 || !got[0].LastHeartbeatTime.Equal(&now) || !got[0].LastTransitionTime.Equal(&tc.wantTransition) {
+				t.Fatalf("got %+v, want heartbeat %s and transition %s", got, now, tc.wantTransition)
+			}
+		})
+	}
+}
+
+func TestMergeTaints(t *testing.T) {
+	ours := corev1.Taint{Key: TaintKey, Value: "mock", Effect: corev1.TaintEffectNoSchedule}
+	notReady := corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}
+	cases := []struct {
+		name        string
+		current     []corev1.Taint
+		want        []corev1.Taint
+		drop        bool
+		wantMerged  []corev1.Taint
+		wantChanged bool
+	}{
+		{"added after others'", []corev1.Taint{notReady}, []corev1.Taint{ours}, false, []corev1.Taint{notReady, ours}, true},
+		{"already there", []corev1.Taint{ours, notReady}, []corev1.Taint{ours}, false, []corev1.Taint{ours, notReady}, false},
+		{"value updated in place",
+			[]corev1.Taint{{Key: TaintKey, Value: "old", Effect: corev1.TaintEffectNoSchedule}, notReady},
+			[]corev1.Taint{ours}, false, []corev1.Taint{ours, notReady}, true},
+		{"removed when disabled", []corev1.Taint{notReady, ours}, nil, true, []corev1.Taint{notReady}, true},
+		{"nothing to remove", []corev1.Taint{notReady}, nil, true, []corev1.Taint{notReady}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			merged, changed := mergeTaints(tc.current, tc.want, tc.drop)
+			if !reflect.DeepEqual(merged, tc.wantMerged) || changed != tc.wantChanged {
+				t.Fatalf("got %v changed=%v, want %v changed=%v", merged, changed, tc.wantMerged, tc.wantChanged)
+			}
+		})
+	}
+}
+
+func TestWithReportedStatusReplacesConditionsByType(t *testing.T) {
+	cur := corev1.NodeStatus{Conditions: defaultConditions(), Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "n"}}}
+	got := withReportedStatus(cur, corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "BackendDown"},
+			{Type: "example.com/Quota", Status: corev1.ConditionTrue},
+		},
+	})
+	if len(got.Conditions) != len(cur.Conditions)+1 {
+		t.Fatalf("conditions %+v: want the defaults plus the new one", got.Conditions)
+	}
+	if r := findCondition(got.Conditions, corev1.NodeReady); r.Status != corev1.ConditionFalse || r.Reason != "BackendDown" {
+		t.Errorf("Ready = %+v, want the reported one", r)
+	}
+	if len(got.Addresses) != 1 {
+		t.Errorf("addresses %v: unreported addresses must be kept", got.Addresses)
+	}
+	if findCondition(cur.Conditions, corev1.NodeReady).Status != corev1.ConditionTrue {
+		t.Error("withReportedStatus mutated its input")
+	}
+}
+
+func TestRenewedLeaseReplacesOwnerOfEarlierNode(t *testing.T) {
+	base := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Name: "n", Namespace: corev1.NamespaceNodeLease, ResourceVersion: "7",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n", UID: "old"}},
+	}}
+	got := renewedLease(base, "n", "new", 6*time.Second, t0)
+	want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n", UID: "new"}}
+	if !reflect.DeepEqual(got.OwnerReferences, want) {
+		t.Errorf("owners = %+v, want %+v", got.OwnerReferences, want)
+	}
+	if got.ResourceVersion != "7" || *got.Spec.LeaseDurationSeconds != 6 || !got.Spec.RenewTime.Time.Equal(t0) || *got.Spec.HolderIdentity != "n" {
+		t.Errorf("lease = %+v", got)
+	}
+	if base.OwnerReferences[0].UID != "old" {
+		t.Error("renewedLease mutated its base")
+	}
+}
