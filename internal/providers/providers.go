@@ -9,8 +9,8 @@ import (
 	"log/slog"
 	"sort"
 
-	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
 // InitConfig is what a provider constructor gets from the command line.
