@@ -213,6 +213,9 @@ func TestSyncCreatesPodInProvider(t *testing.T) {
 	if got := f.provider.callList(); len(got) != 1 || got[0] != "CreatePod ns/a" {
 		t.Fatalf("provider calls = %v, want CreatePod ns/a", got)
 	}
+	if ev := <-f.recorder.Events; ev != "Normal ProviderCreated Pod handed to the provider" {
+		t.Fatalf("event = %q", ev)
+	}
 	// A second sync of the unchanged pod calls nothing.
 	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
 		t.Fatal(err)
@@ -350,6 +353,9 @@ func TestDeleteWaitsForProviderConfirmation(t *testing.T) {
 	}
 	if w := f.writes(); len(w) != 0 {
 		t.Fatalf("pod removed before the provider confirmed: %v", w)
+	}
+	if ev := <-f.recorder.Events; ev != "Normal Killing Stopping pod in the provider (grace period 30s)" {
+		t.Fatalf("event = %q", ev)
 	}
 	f.provider.terminate("ns/a")
 	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {

@@ -123,6 +123,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 			return err
 		}
 		c.state.update(key, func(s *podState) { s.deleteRequested = p.UID })
+		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", gracePeriodSeconds(p))
 	}
 
 	gone := !inProvider
@@ -152,6 +153,17 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 	}
 	c.state.forget(key)
 	return nil
+}
+
+// gracePeriodSeconds is the grace period the deletion asked for.
+func gracePeriodSeconds(p *corev1.Pod) int64 {
+	if p.DeletionGracePeriodSeconds != nil {
+		return *p.DeletionGracePeriodSeconds
+	}
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return *p.Spec.TerminationGracePeriodSeconds
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds
 }
 
 // removeFromAPI deletes the pod object for good, only if it is still the same pod.

@@ -17,8 +17,9 @@ import (
 const (
 	ReasonProviderFailed = "ProviderFailed" // a provider call failed; the message says which and why
 	ReasonProviderLost   = "ProviderLost"   // the provider lost a pod whose restart policy forbids starting it again
-	ReasonCreated        = "ProviderCreated"
-	ReasonUpdated        = "ProviderUpdated"
+	ReasonCreated        = "ProviderCreated" // the provider accepted the pod
+	ReasonUpdated        = "ProviderUpdated" // the provider accepted a change of an updatable field
+	ReasonKilling        = "Killing"         // the provider was asked to stop the pod (the kubelet's reason)
 )
 
 // syncHandler makes the provider run the API's version of the pod: create it if the
@@ -78,6 +79,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		return err
 	}
 	c.state.update(key, func(s *podState) { s.applied, s.lastPod = want, p.DeepCopy() })
+	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
 	return nil
 }
 
@@ -93,6 +95,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		s.deleteRequested, s.notified = "", nil
 	})
 	c.log.Debug("pod created in provider", "pod", key)
+	c.recorder.Event(p, corev1.EventTypeNormal, ReasonCreated, "Pod handed to the provider")
 	if c.notifier == nil {
 		c.statusQueue.Add(key) // read the first status now, not at the next poll
 	}
