@@ -121,6 +121,7 @@ func TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T) {
 	mockCfg := mock.Config{StateFile: stateFile}
 	args := []string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath, "--provider", "mock",
 		"--provider-config", writeMockConfig(t, mockCfg), "--disable-taint", "--log-level", "debug",
+		"--kubelet-port", "0", "--approve-serving-csr", "--cert-dir", t.TempDir(),
 		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s"}
 
 	begin := time.Now()

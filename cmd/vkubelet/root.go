@@ -50,6 +50,8 @@ func defaultNodeFlags() *nodeFlags {
 			ClusterDomain:      "cluster.local",
 			KubeAPIQPS:         50,
 			KubeAPIBurst:       100,
+			ServingCertFile:    os.Getenv("APISERVER_CERT_LOCATION"),
+			ServingKeyFile:     os.Getenv("APISERVER_KEY_LOCATION"),
 			LeaseDuration:      40 * time.Second,
 			RenewInterval:      10 * time.Second,
 		},
@@ -84,6 +86,12 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of queries to the API server")
 	fs.DurationVar(&c.LeaseDuration, "node-lease-duration", c.LeaseDuration, "duration of the node's Lease")
 	fs.DurationVar(&c.RenewInterval, "node-lease-renew-interval", c.RenewInterval, "how often the node's Lease is renewed")
+	fs.StringVar(&c.ServingCertFile, "tls-cert-file", c.ServingCertFile, "serving certificate of the kubelet API ($APISERVER_CERT_LOCATION); empty: request one from the cluster (CSR)")
+	fs.StringVar(&c.ServingKeyFile, "tls-private-key-file", c.ServingKeyFile, "key of --tls-cert-file ($APISERVER_KEY_LOCATION)")
+	fs.BoolVar(&c.SelfSignedServingCert, "self-signed-serving-cert", c.SelfSignedServingCert, "serve the kubelet API with a self-signed certificate instead of asking the cluster (the API server cannot verify it)")
+	fs.BoolVar(&c.ApproveServingCSR, "approve-serving-csr", c.ApproveServingCSR, "approve the node's own kubelet-serving CSR (development clusters; needs the right to approve CSRs)")
+	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "where the cluster-issued serving certificate and key are kept (default: a directory under the system temp dir)")
+	fs.StringVar(&c.ClientCAFile, "client-ca-file", c.ClientCAFile, "CA that signs client certificates accepted by the kubelet API; empty: the cluster's, from kube-system/extension-apiserver-authentication")
 	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn, error")
 }
 

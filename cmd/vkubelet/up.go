@@ -11,6 +11,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/netns"
 )
 
 func newUpCommand() *cobra.Command {
@@ -20,6 +21,7 @@ func newUpCommand() *cobra.Command {
 	// `kubectl run` need a toleration.
 	f.cfg.DisableTaint = true
 	var dir string
+	useNetns := netns.Available() == nil
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local control plane on 127.0.0.1 and a virtual node in it",
@@ -61,6 +63,28 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			}()
 			cfg := f.cfg
 			cfg.Kubeconfig = cp.KubeconfigPath
+			// The node asks the cluster for its serving certificate and, being the
+			// admin of this throw-away cluster, approves it itself; the API server
+			// verifies it against the cluster CA, and the kubelet API trusts the
+			// API server's client certificate from the same CA.
+			cfg.ApproveServingCSR = true
+			cfg.CertDir = filepath.Join(dir, "node-pki")
+			cfg.ClientCAFile = cp.PKI.CACert
+			if useNetns {
+				// The API server will not proxy nodes/<n>/proxy/... to a loopback
+				// address; give the node one of its own on this machine.
+				link, err := netns.Create("vkubelet")
+				if err != nil {
+					return fmt.Errorf("--netns: %w", err)
+				}
+				defer link.Remove()
+				if cfg.KubeletListener, err = link.Listen(int(cfg.KubeletPort)); err != nil {
+					return fmt.Errorf("--netns: %w", err)
+				}
+				cfg.InternalIP = link.NodeIP
+			} else {
+				log.Warn("the node's address is 127.0.0.1: logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it; run as root for --netns")
+			}
 			cfg.Logger = log
 			if cfg.StartupTimeout == 0 {
 				cfg.StartupTimeout = 2 * time.Minute
@@ -82,6 +106,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 		},
 	}
 	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&useNetns, "netns", useNetns, "give the node its own address in a network namespace joined to this host by a veth pair (needs root; default: on when root)")
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory of the local cluster (default: <cache>/up, see VKUBELET_CACHE)")
 	return cmd
 }

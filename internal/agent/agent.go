@@ -11,20 +11,26 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vkubelet/vkubelet/internal/providers"
 	"github.com/vkubelet/vkubelet/internal/version"
+	"github.com/vkubelet/vkubelet/kubeletapi"
 	"github.com/vkubelet/vkubelet/node"
 	"github.com/vkubelet/vkubelet/pod"
+	"github.com/vkubelet/vkubelet/servingcert"
 )
 
 // Config is everything a node process is configured with; the CLI fills it from flags.
@@ -52,7 +58,23 @@ type Config struct {
 	KubeAPIBurst       int
 	LeaseDuration      time.Duration
 	RenewInterval      time.Duration
-	Logger             *slog.Logger
+
+	// The kubelet API (HTTPS on KubeletPort; 0 picks a free port, which the node
+	// then advertises). Its certificate: ServingCertFile/KeyFile, else self-signed
+	// if SelfSignedServingCert, else a kubelet-serving CSR (approved by the node
+	// itself if ApproveServingCSR) kept in CertDir.
+	ServingCertFile, ServingKeyFile string
+	SelfSignedServingCert           bool
+	ApproveServingCSR               bool
+	CertDir                         string
+	// ClientCAFile authenticates client certificates (the API server's); empty
+	// reads the cluster's client CA from kube-system/extension-apiserver-authentication.
+	ClientCAFile string
+	// KubeletListener, if set, is where the kubelet API listens instead of
+	// KubeletPort (for instance a socket in a network namespace, see internal/netns).
+	KubeletListener net.Listener
+
+	Logger *slog.Logger
 }
 
 // Node is a running virtual node.
@@ -64,6 +86,10 @@ type Node struct {
 	pods     *pod.Controller
 	registry *prometheus.Registry
 	log      *slog.Logger
+	// kubeletListener is bound in New so the node can advertise the real port.
+	kubeletListener net.Listener
+	// apiReady is closed once the kubelet API serves (it may wait for its certificate).
+	apiReady chan struct{}
 }
 
 // New builds the node: it connects to the API server and constructs the provider,
@@ -103,8 +129,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
-		log: cfg.Logger.With("node", cfg.NodeName)}
+		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{})}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	n.kubeletListener = cfg.KubeletListener
+	if n.kubeletListener == nil {
+		n.kubeletListener, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(cfg.KubeletPort))))
+		if err != nil {
+			return nil, fmt.Errorf("kubelet API port: %w", err)
+		}
+	}
+	cfg.KubeletPort = int32(n.kubeletListener.Addr().(*net.TCPAddr).Port)
+	n.cfg.KubeletPort = cfg.KubeletPort
 
 	n.nodes, err = node.NewController(node.Config{
 		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
@@ -145,6 +181,7 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return n.nodes.Run(ctx) })
 	g.Go(func() error { return n.pods.Run(ctx) })
+	g.Go(func() error { return n.serveKubeletAPI(ctx) })
 	if n.cfg.MetricsAddr != "" {
 		l, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
@@ -167,7 +204,7 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 			defer t.Stop()
 			timeout = t.C
 		}
-		for _, ch := range []<-chan struct{}{n.nodes.Ready(), n.pods.Ready()} {
+		for _, ch := range []<-chan struct{}{n.nodes.Ready(), n.pods.Ready(), n.apiReady} {
 			select {
 			case <-ch:
 			case <-ctx.Done():
@@ -183,6 +220,69 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// KubeletPort is the port the kubelet API listens on.
+func (n *Node) KubeletPort() int32 { return n.cfg.KubeletPort }
+
+// serveKubeletAPI obtains the serving certificate and serves the kubelet API.
+func (n *Node) serveKubeletAPI(ctx context.Context) error {
+	defer n.kubeletListener.Close()
+	certDir := n.cfg.CertDir
+	if certDir == "" {
+		certDir = filepath.Join(os.TempDir(), "vkubelet-"+n.cfg.NodeName, "pki")
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(n.cfg.InternalIP); ip != nil {
+		ips = append(ips, ip)
+	}
+	tlsCfg, err := servingcert.TLSConfig(ctx, servingcert.Config{
+		CertFile: n.cfg.ServingCertFile, KeyFile: n.cfg.ServingKeyFile, SelfSigned: n.cfg.SelfSignedServingCert,
+		NodeName: n.cfg.NodeName, IPs: ips, DNSNames: []string{n.cfg.NodeName},
+		Client: n.client, Dir: certDir, AutoApprove: n.cfg.ApproveServingCSR, Logger: n.log,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("kubelet API: %w", err)
+	}
+	caFile := n.cfg.ClientCAFile
+	if caFile == "" {
+		if caFile, err = n.clusterClientCA(ctx, certDir); err != nil {
+			n.log.Warn("no client CA: the kubelet API accepts bearer tokens only", "error", err)
+		}
+	}
+	authn, authz, err := kubeletapi.NewDelegatingAuth(kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile})
+	if err != nil {
+		return err
+	}
+	srv, err := kubeletapi.NewServer(kubeletapi.Config{
+		NodeName: n.cfg.NodeName, Provider: n.provider, Authenticator: authn, Authorizer: authz, Logger: n.log,
+	})
+	if err != nil {
+		return err
+	}
+	close(n.apiReady)
+	return srv.Serve(ctx, n.kubeletListener, tlsCfg)
+}
+
+// clusterClientCA writes the CA the API server trusts for client certificates,
+// published in kube-system/extension-apiserver-authentication, to dir.
+func (n *Node) clusterClientCA(ctx context.Context, dir string) (string, error) {
+	cm, err := n.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	ca := cm.Data["client-ca-file"]
+	if ca == "" {
+		return "", errors.New("extension-apiserver-authentication has no client-ca-file")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "client-ca.crt")
+	return path, os.WriteFile(path, []byte(ca), 0o644)
 }
 
 func (n *Node) metricsHandler() http.Handler {

@@ -50,7 +50,8 @@ func startNode(t *testing.T, name string, mockCfg mock.Config, tweak ...func(*ag
 	}
 	cfg := agent.Config{
 		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: cp.RESTConfig,
-		InternalIP: "127.0.0.1", KubeletPort: 10250, PodSyncWorkers: 10,
+		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
+		ApproveServingCSR: true, CertDir: t.TempDir(),
 		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
 		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
 		KubeAPIQPS: 100, KubeAPIBurst: 200,

@@ -1,0 +1,247 @@
+// Package servingcert provides the TLS certificate of the kubelet API: from files,
+// from the cluster through a certificates.k8s.io CSR with the
+// kubernetes.io/kubelet-serving signer (renewed before it expires, as the kubelet's
+// own serving certificate is), or self-signed when explicitly asked for.
+//
+// A kubelet-serving CSR must be approved by a cluster admin. For development
+// clusters, AutoApprove makes the node approve its own CSR — only CSRs it submitted
+// itself, for exactly its own name and addresses — which needs the right to approve
+// CSRs for that signer.
+//
+// It is used by internal/agent; it knows nothing of pods or providers.
+package servingcert
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"slices"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/certificate"
+)
+
+// Config says where the certificate comes from. With CertFile and KeyFile set they
+// are used; else with SelfSigned a self-signed certificate is made; else a CSR is
+// sent to the cluster.
+type Config struct {
+	CertFile, KeyFile string
+	SelfSigned        bool
+
+	// For the CSR path: the node's name and addresses, the client, and the
+	// directory where the issued certificate and its key are kept across restarts.
+	NodeName    string
+	IPs         []net.IP
+	DNSNames    []string
+	Client      kubernetes.Interface
+	Dir         string
+	AutoApprove bool
+	// WaitTimeout bounds the wait for the first certificate; zero waits until ctx
+	// ends, as the kubelet does while an admin has not approved its CSR.
+	WaitTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// TLSConfig returns a server TLS configuration that always presents the current
+// certificate. On the CSR path it returns once the first certificate is issued; the
+// manager keeps renewing it until ctx ends.
+func TLSConfig(ctx context.Context, cfg Config) (*tls.Config, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.CertFile != "" || cfg.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading serving certificate: %w", err)
+		}
+		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	case cfg.SelfSigned:
+		cert, err := selfSigned(cfg.NodeName, cfg.IPs, cfg.DNSNames)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Logger.Warn("serving the kubelet API with a self-signed certificate; the API server cannot verify it")
+		return &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, nil
+	default:
+		return fromCSR(ctx, cfg)
+	}
+}
+
+func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
+	if cfg.Client == nil || cfg.NodeName == "" || cfg.Dir == "" {
+		return nil, errors.New("serving certificate by CSR: Client, NodeName and Dir are required")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	store, err := certificate.NewFileStore("kubelet-server", cfg.Dir, cfg.Dir, "", "")
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate store: %w", err)
+	}
+	template := &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: "system:node:" + cfg.NodeName, Organization: []string{"system:nodes"}},
+		DNSNames:    cfg.DNSNames,
+		IPAddresses: cfg.IPs,
+	}
+	m, err := certificate.NewManager(&certificate.Config{
+		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return cfg.Client, nil },
+		Template:    template,
+		SignerName:  certificatesv1.KubeletServingSignerName,
+		// ECDSA keys: no key encipherment, as the kubelet-serving signer expects.
+		Usages:           []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		CertificateStore: store,
+		Name:             "kubelet-serving",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate manager: %w", err)
+	}
+	if cfg.AutoApprove {
+		go approveOwnCSRs(ctx, cfg, template)
+	}
+	m.Start()
+	go func() { <-ctx.Done(); m.Stop() }()
+
+	start := time.Now()
+	lastLog := time.Time{}
+	for m.Current() == nil {
+		if cfg.WaitTimeout > 0 && time.Since(start) > cfg.WaitTimeout {
+			return nil, fmt.Errorf("no serving certificate after %s: is the %s CSR of node %s approved? (kubectl get csr)",
+				cfg.WaitTimeout, certificatesv1.KubeletServingSignerName, cfg.NodeName)
+		}
+		if !cfg.AutoApprove && time.Since(lastLog) > time.Minute {
+			cfg.Logger.Info("waiting for the kubelet-serving CSR to be approved (kubectl get csr; kubectl certificate approve <name>)", "node", cfg.NodeName)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	cfg.Logger.Info("serving certificate issued by the cluster", "node", cfg.NodeName)
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := m.Current(); c != nil {
+				return c, nil
+			}
+			return nil, errors.New("no serving certificate")
+		},
+	}, nil
+}
+
+// approveOwnCSRs approves pending kubelet-serving CSRs that ask for exactly this
+// node's identity and addresses, until ctx ends.
+func approveOwnCSRs(ctx context.Context, cfg Config, want *x509.CertificateRequest) {
+	sel := fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
+	for ctx.Err() == nil {
+		list, err := cfg.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err == nil {
+			for i := range list.Items {
+				csr := &list.Items[i]
+				if pending(csr) && matches(csr, want) {
+					csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+						Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
+						Reason: "AutoApproved", Message: "approved by vkubelet for its own serving certificate (--approve-serving-csr)",
+					})
+					_, err := cfg.Client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+					if err != nil {
+						cfg.Logger.Warn("approving own serving CSR", "csr", csr.Name, "error", err)
+					} else {
+						cfg.Logger.Info("approved own serving CSR", "csr", csr.Name)
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func pending(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
+			return false
+		}
+	}
+	return true
+}
+
+// matches reports whether a CSR asks for the subject and addresses of want, and
+// nothing else.
+func matches(csr *certificatesv1.CertificateSigningRequest, want *x509.CertificateRequest) bool {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return false
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil || req.Subject.CommonName != want.Subject.CommonName ||
+		!slices.Equal(req.Subject.Organization, want.Subject.Organization) ||
+		len(req.EmailAddresses) != 0 || len(req.URIs) != 0 ||
+		!slices.Equal(req.DNSNames, want.DNSNames) || len(req.IPAddresses) != len(want.IPAddresses) {
+		return false
+	}
+	for i := range req.IPAddresses {
+		if !req.IPAddresses[i].Equal(want.IPAddresses[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func selfSigned(name string, ips []net.IP, dns []string) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  ips,
+		DNSNames:     dns,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var certPEM, keyPEM bytes.Buffer
+	_ = pem.Encode(&certPEM, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+	_ = pem.Encode(&keyPEM, &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	cert, err := tls.X509KeyPair(certPEM.Bytes(), keyPEM.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	return &cert, nil
+}
