@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz
 
 all: build
 
@@ -31,9 +31,20 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# Every test, unit and integration, with the race detector.
+# Every test, unit and integration, with the race detector, then each fuzz target
+# for a short while.
 test: controlplane fmt-check vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) --no-print-directory fuzz
+
+FUZZTIME ?= 15s
+FUZZ_TARGETS := kubeletapi:FuzzParseLogOptions kubeletapi:FuzzRoutes
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) ./$$pkg/ || exit 1; \
+	done
 
 # Unit tests only: no control plane.
 unit:

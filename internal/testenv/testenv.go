@@ -34,7 +34,12 @@ import (
 var (
 	shared    *controlplane.ControlPlane
 	sharedCfg controlplane.Config
+	atExit    []func()
 )
+
+// AtExit registers f to run after the package's tests, before the control plane
+// stops: for resources shared by several tests.
+func AtExit(f func()) { atExit = append(atExit, f) }
 
 // Main starts one control plane with cfg, runs the package's tests and stops it.
 func Main(m *testing.M, cfg controlplane.Config) {
@@ -54,6 +59,9 @@ func Main(m *testing.M, cfg controlplane.Config) {
 	}
 	shared, sharedCfg = cp, cfg
 	code := m.Run()
+	for i := len(atExit) - 1; i >= 0; i-- {
+		atExit[i]()
+	}
 	if err := cp.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: stopping control plane: %v\n", err)
 	}
