@@ -409,7 +409,9 @@ func TestDirectAccessIsAuthenticatedAndAuthorized(t *testing.T) {
 	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
 	for _, path := range []string{"pods", "stats/summary", "healthz"} {
 		if code := call("GET", base+path, operator); code != http.StatusOK {
 			t.Fatalf("GET /%s by a permitted user: %d, want 200", path, code)
