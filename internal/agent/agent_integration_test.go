@@ -147,12 +147,9 @@ func TestDeploymentRunsOnVirtualNodeAndScalesToZero(t *testing.T) {
 		}
 	}
 
-	scale, err := c.AppsV1().Deployments(ns).GetScale(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 0
-	if _, err := c.AppsV1().Deployments(ns).UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+	// A patch, not a read-modify-write of the scale, which would race with the
+	// deployment controller's own writes.
+	if _, err := c.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
