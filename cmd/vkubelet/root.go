@@ -130,7 +130,7 @@ provider's pods running; started again, it picks them up.`,
 		},
 	}
 	f.register(cmd.Flags())
-	cmd.AddCommand(newVersionCommand(), newProvidersCommand(), newUpCommand(), newControlPlaneCommand())
+	cmd.AddCommand(newVersionCommand(), newProvidersCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand())
 	return cmd
 }
 

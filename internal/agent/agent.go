@@ -118,6 +118,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		restCfg.Burst = cfg.KubeAPIBurst
 	}
 	restCfg.UserAgent = "vkubelet/" + version.Version + " (" + cfg.NodeName + ")"
+	apiRequests := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
+	restCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &countingTransport{next: rt, counter: apiRequests}
+	})
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, err
@@ -130,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
 		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{})}
-	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), apiRequests)
 
 	n.kubeletListener = cfg.KubeletListener
 	if n.kubeletListener == nil {

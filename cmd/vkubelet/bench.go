@@ -1,0 +1,101 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vkubelet/vkubelet/internal/bench"
+	"github.com/vkubelet/vkubelet/internal/controlplane"
+)
+
+func newBenchCommand() *cobra.Command {
+	var (
+		cfg        bench.Config
+		asJSON     bool
+		kubeconfig string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure pod start/stop throughput, latency and cost of a node, next to the API server's ceiling",
+		Long: `bench first measures the ceiling: how many pods per second a plain client can
+create bound to a node and mark Running (the minimum writes of a pod start). Then it
+runs a virtual node with the mock provider as a child process, creates --pods pods
+on it (at --rate per second, or as fast as --concurrency allows), and reports
+throughput, create→Running latency (observed by watch), the agent's API writes per
+pod, its memory and CPU, and the same for deleting them all.
+
+Without --kubeconfig it starts a local control plane of its own.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
+			if kubeconfig == "" {
+				cp, err := controlplane.Start(ctx, controlplane.Config{Out: cmd.ErrOrStderr()})
+				if err != nil {
+					return err
+				}
+				defer cp.Stop()
+				kubeconfig = cp.KubeconfigPath
+			}
+			cfg.Kubeconfig = kubeconfig
+			if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+				return err
+			}
+			res, err := bench.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			printResult(cmd, res)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Pods, "pods", 1000, "pods to start and stop (e.g. 1000, 5000, 10000)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "offered pod creations per second; 0: as fast as possible")
+	f.IntVar(&cfg.Concurrency, "concurrency", 50, "parallel clients creating (and, for the ceiling, writing) pods")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
+	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func printResult(cmd *cobra.Command, r *bench.Result) {
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	row := func(k, format string, v ...any) { fmt.Fprintf(w, "%s\t"+format+"\n", append([]any{k}, v...)...) }
+	row("pods", "%d", r.Pods)
+	if r.OfferedRate > 0 {
+		row("offered rate", "%.0f pods/s", r.OfferedRate)
+	}
+	row("ceiling (plain client)", "%.1f pods/s", r.CeilingPodsPerS)
+	row("node agent", "%.1f pods/s (%.0f%% of ceiling)", r.PodsPerS, 100*r.RatioToCeiling)
+	row("create→Running p50/p90/p99", "%.0f / %.0f / %.0f ms", r.P50ms, r.P90ms, r.P99ms)
+	row("agent API writes per pod", "%.2f", r.WritesPerPod)
+	kinds := make([]string, 0, len(r.WritesByKind))
+	for k := range r.WritesByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		row("  "+k, "%.3f", r.WritesByKind[k])
+	}
+	row("agent RSS idle / peak / growth", "%.1f / %.1f / %.1f MiB", r.IdleRSSMiB, r.PeakRSSMiB, r.RSSGrowthMiB)
+	row("agent CPU", "%.1f s", r.CPUSeconds)
+	row("delete", "%.1f pods/s, p99 %.0f ms", r.DeletePodsPerS, r.DeleteP99ms)
+	w.Flush()
+}

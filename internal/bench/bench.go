@@ -1,0 +1,559 @@
+// Package bench measures how many pods a virtual node starts and stops, how fast and
+// at what cost, next to the ceiling of the same API server measured in the same run:
+// the rate at which a plain client can do the minimum writes a pod start needs.
+//
+// The node agent runs as a child process (the vkubelet binary itself) with the mock
+// provider, so its memory and CPU are its own; its API requests are read from its
+// metrics endpoint. `vkubelet bench` runs it; docs/PERFORMANCE.md records figures.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+)
+
+// Config says what to measure.
+type Config struct {
+	Pods        int     // pods to start and stop
+	Rate        float64 // offered pod creations per second; 0 = as fast as Concurrency allows
+	Concurrency int     // parallel creators (default 50)
+	// Kubeconfig and RESTConfig name the cluster; the caller starts one if needed.
+	Kubeconfig string
+	RESTConfig *rest.Config
+	// Binary is the vkubelet executable run as the node agent.
+	Binary string
+	// AgentArgs are extra flags for the agent (e.g. --kube-api-qps).
+	AgentArgs []string
+	Log       io.Writer
+}
+
+// Result holds the figures of one run. JSON names are the documented fields.
+type Result struct {
+	Pods             int                `json:"pods"`
+	OfferedRate      float64            `json:"offered_rate,omitempty"`
+	CeilingPodsPerS  float64            `json:"ceiling_pods_per_s"`
+	PodsPerS         float64            `json:"pods_per_s"`
+	RatioToCeiling   float64            `json:"ratio_to_ceiling"`
+	P50ms            float64            `json:"p50_ms"`
+	P90ms            float64            `json:"p90_ms"`
+	P99ms            float64            `json:"p99_ms"`
+	WritesPerPod     float64            `json:"writes_per_pod"`
+	WritesByKind     map[string]float64 `json:"writes_per_pod_by_kind"`
+	IdleRSSMiB       float64            `json:"idle_rss_mib"`
+	PeakRSSMiB       float64            `json:"peak_rss_mib"`
+	RSSGrowthMiB     float64            `json:"rss_growth_mib"`
+	CPUSeconds       float64            `json:"cpu_s"`
+	DeletePodsPerS   float64            `json:"delete_pods_per_s"`
+	DeleteP99ms      float64            `json:"delete_p99_ms"`
+	DurationSeconds  float64            `json:"duration_s"`
+	CeilingSeconds   float64            `json:"ceiling_s"`
+	CreateSeconds    float64            `json:"create_s"`
+	DeleteSeconds    float64            `json:"delete_s"`
+	AgentQPS         string             `json:"agent_flags,omitempty"`
+}
+
+// Run measures the ceiling, then the node agent.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 50
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	restCfg := rest.CopyConfig(cfg.RESTConfig)
+	// The load generator must never be the bottleneck.
+	restCfg.QPS, restCfg.Burst = -1, 0
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Pods: cfg.Pods, OfferedRate: cfg.Rate, AgentQPS: strings.Join(cfg.AgentArgs, " ")}
+	began := time.Now()
+
+	fmt.Fprintf(cfg.Log, "bench: ceiling: %d pods by a plain client (create bound pod + status to Running), %d at a time\n", cfg.Pods, cfg.Concurrency)
+	ceilingStart := time.Now()
+	ceiling, err := measureCeiling(ctx, client, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ceiling: %w", err)
+	}
+	res.CeilingPodsPerS, res.CeilingSeconds = ceiling, time.Since(ceilingStart).Seconds()
+	fmt.Fprintf(cfg.Log, "bench: ceiling %.1f pods/s\n", ceiling)
+
+	agent, err := startAgent(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer agent.stop()
+	if err := waitNodeReady(ctx, client, agent.node); err != nil {
+		return nil, fmt.Errorf("%w; agent log:\n%s", err, agent.tail())
+	}
+	time.Sleep(2 * time.Second) // let start-up requests (lease, node status, informer) settle
+	idle, err := agent.usage()
+	if err != nil {
+		return nil, err
+	}
+	before, err := agent.requests()
+	if err != nil {
+		return nil, err
+	}
+	res.IdleRSSMiB = idle.rssMiB
+
+	ns := "bench-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	defer client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+
+	fmt.Fprintf(cfg.Log, "bench: node agent: creating %d pods on %s\n", cfg.Pods, agent.node)
+	createStart := time.Now()
+	obs := observe(client, ns)
+	defer close(obs.stop)
+	lat, span, err := startPods(ctx, client, obs, cfg, ns, agent.node)
+	if err != nil {
+		return nil, fmt.Errorf("%w; agent log:\n%s", err, agent.tail())
+	}
+	res.CreateSeconds = time.Since(createStart).Seconds()
+	res.PodsPerS = float64(cfg.Pods) / span.Seconds()
+	res.RatioToCeiling = res.PodsPerS / res.CeilingPodsPerS
+	res.P50ms, res.P90ms, res.P99ms = percentile(lat, 50), percentile(lat, 90), percentile(lat, 99)
+	time.Sleep(2 * time.Second) // trailing status writes
+	after, err := agent.requests()
+	if err != nil {
+		return nil, err
+	}
+	res.WritesByKind = map[string]float64{}
+	for k, v := range after {
+		verb, _, _ := strings.Cut(k, " ")
+		if verb == "GET" || verb == "LIST" || verb == "WATCH" {
+			continue
+		}
+		if d := v - before[k]; d > 0 {
+			res.WritesByKind[k] = d / float64(cfg.Pods)
+			res.WritesPerPod += d / float64(cfg.Pods)
+		}
+	}
+	used, err := agent.usage()
+	if err != nil {
+		return nil, err
+	}
+	res.RSSGrowthMiB = used.rssMiB - idle.rssMiB
+
+	fmt.Fprintf(cfg.Log, "bench: deleting %d pods\n", cfg.Pods)
+	deleteStart := time.Now()
+	dlat, dspan, err := deletePods(ctx, client, obs, cfg, ns)
+	if err != nil {
+		return nil, fmt.Errorf("%w; agent log:\n%s", err, agent.tail())
+	}
+	res.DeleteSeconds = time.Since(deleteStart).Seconds()
+	res.DeletePodsPerS = float64(cfg.Pods) / dspan.Seconds()
+	res.DeleteP99ms = percentile(dlat, 99)
+	final, err := agent.usage()
+	if err != nil {
+		return nil, err
+	}
+	res.PeakRSSMiB, res.CPUSeconds = final.peakMiB, final.cpuSeconds-idle.cpuSeconds
+	res.DurationSeconds = time.Since(began).Seconds()
+	return res, nil
+}
+
+func benchPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "bench"}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			Containers:                    []corev1.Container{{Name: "c", Image: "busybox"}},
+			AutomountServiceAccountToken:  ptr.To(false),
+		},
+	}
+}
+
+// forEach runs fn for i in [0,n) with the configured concurrency and offered rate.
+func forEach(ctx context.Context, cfg Config, n int, fn func(i int) error) error {
+	var limiter *rate.Limiter
+	if cfg.Rate > 0 {
+		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
+	}
+	next := make(chan int)
+	errc := make(chan error, cfg.Concurrency)
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if limiter != nil {
+			if err := limiter.Wait(ctx); err != nil {
+				break
+			}
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
+// measureCeiling does what a node agent must at least do per pod start — the
+// scheduler's bound create aside, one status write — with a plain client, and
+// returns pods per second. The pods are removed afterwards.
+func measureCeiling(ctx context.Context, c kubernetes.Interface, cfg Config) (float64, error) {
+	ns := "bench-ceiling-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	defer c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	status := []byte(`{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}`)
+	start := time.Now()
+	err := forEach(ctx, cfg, cfg.Pods, func(i int) error {
+		name := "p-" + strconv.Itoa(i)
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, benchPod(name, "bench-ceiling"), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := c.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	rate := float64(cfg.Pods) / time.Since(start).Seconds()
+	_ = c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	return rate, nil
+}
+
+// observer records, from an informer on the benchmark's namespace, when each pod was
+// first seen Running and when it disappeared. An informer rather than a bare watch:
+// it survives the API server closing a watch, which happens over long runs.
+type observer struct {
+	mu      sync.Mutex
+	running map[string]time.Time
+	gone    map[string]time.Time
+	changed chan struct{}
+	stop    chan struct{}
+}
+
+func observe(c kubernetes.Interface, ns string) *observer {
+	o := &observer{running: map[string]time.Time{}, gone: map[string]time.Time{},
+		changed: make(chan struct{}, 1), stop: make(chan struct{})}
+	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().Pods().Informer()
+	seen := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Status.Phase == corev1.PodRunning {
+			o.record(o.running, p.Name)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    seen,
+		UpdateFunc: func(_, obj any) { seen(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				o.record(o.gone, p.Name)
+			}
+		},
+	})
+	factory.Start(o.stop)
+	factory.WaitForCacheSync(o.stop)
+	return o
+}
+
+func (o *observer) record(m map[string]time.Time, name string) {
+	o.mu.Lock()
+	if _, ok := m[name]; !ok {
+		m[name] = time.Now()
+	}
+	o.mu.Unlock()
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor waits until m holds n pods, or fails after timeout.
+func (o *observer) waitFor(ctx context.Context, m map[string]time.Time, n int, timeout time.Duration, what string) error {
+	deadline := time.After(timeout)
+	for {
+		o.mu.Lock()
+		got := len(m)
+		o.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-o.changed:
+		case <-deadline:
+			return fmt.Errorf("only %d of %d pods %s in time", got, n, what)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// latencies returns, for each pod in asked, the time from asked to seen, and the
+// span from the first ask to the last sighting.
+func (o *observer) latencies(asked map[string]time.Time, seen map[string]time.Time) ([]time.Duration, time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var first, last time.Time
+	lat := make([]time.Duration, 0, len(asked))
+	for name, t0 := range asked {
+		t1 := seen[name]
+		lat = append(lat, t1.Sub(t0))
+		if first.IsZero() || t0.Before(first) {
+			first = t0
+		}
+		if t1.After(last) {
+			last = t1
+		}
+	}
+	return lat, last.Sub(first)
+}
+
+// timed runs fn for every pod with the configured concurrency and rate, recording
+// when each was asked for.
+func timed(ctx context.Context, cfg Config, fn func(name string) error) (map[string]time.Time, error) {
+	var mu sync.Mutex
+	asked := make(map[string]time.Time, cfg.Pods)
+	err := forEach(ctx, cfg, cfg.Pods, func(i int) error {
+		name := "p-" + strconv.Itoa(i)
+		mu.Lock()
+		asked[name] = time.Now()
+		mu.Unlock()
+		return fn(name)
+	})
+	return asked, err
+}
+
+func podTimeout(n int) time.Duration { return time.Duration(n)*50*time.Millisecond + 2*time.Minute }
+
+// startPods creates the pods and waits for each to be Running.
+func startPods(ctx context.Context, c kubernetes.Interface, o *observer, cfg Config, ns, node string) ([]time.Duration, time.Duration, error) {
+	asked, err := timed(ctx, cfg, func(name string) error {
+		_, err := c.CoreV1().Pods(ns).Create(ctx, benchPod(name, node), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := o.waitFor(ctx, o.running, cfg.Pods, podTimeout(cfg.Pods), "Running"); err != nil {
+		return nil, 0, err
+	}
+	lat, span := o.latencies(asked, o.running)
+	return lat, span, nil
+}
+
+// deletePods deletes every pod (gracefully, as kubectl would) and waits until each
+// is gone from the API.
+func deletePods(ctx context.Context, c kubernetes.Interface, o *observer, cfg Config, ns string) ([]time.Duration, time.Duration, error) {
+	cfg.Rate = 0
+	asked, err := timed(ctx, cfg, func(name string) error {
+		return c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := o.waitFor(ctx, o.gone, cfg.Pods, podTimeout(cfg.Pods), "removed"); err != nil {
+		return nil, 0, err
+	}
+	lat, span := o.latencies(asked, o.gone)
+	return lat, span, nil
+}
+
+func percentile(d []time.Duration, p float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p / 100)
+	return float64(s[i]) / float64(time.Millisecond)
+}
+
+func waitNodeReady(ctx context.Context, c kubernetes.Interface, name string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("node %s not Ready", name)
+}
+
+// agentProcess is the node agent under measurement.
+type agentProcess struct {
+	cmd         *exec.Cmd
+	node        string
+	metricsAddr string
+	logPath     string
+}
+
+func startAgent(ctx context.Context, cfg Config) (*agentProcess, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir, err := os.MkdirTemp("", "vkubelet-bench-")
+	if err != nil {
+		return nil, err
+	}
+	a := &agentProcess{node: "bench-node", metricsAddr: addr, logPath: filepath.Join(dir, "agent.log")}
+	args := append([]string{"--nodename", a.node, "--kubeconfig", cfg.Kubeconfig, "--provider", "mock",
+		"--metrics-addr", addr, "--kubelet-port", "0", "--self-signed-serving-cert", "--disable-taint",
+		"--cert-dir", dir, "--log-level", "warn"}, cfg.AgentArgs...)
+	logFile, err := os.Create(a.logPath)
+	if err != nil {
+		return nil, err
+	}
+	a.cmd = exec.CommandContext(ctx, cfg.Binary, args...)
+	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
+	if err := a.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the node agent: %w", err)
+	}
+	fmt.Fprintf(cfg.Log, "bench: node agent pid %d: %s %s\n", a.cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
+	return a, nil
+}
+
+func (a *agentProcess) stop() {
+	_ = a.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = a.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = a.cmd.Process.Kill()
+	}
+}
+
+func (a *agentProcess) tail() string {
+	b, _ := os.ReadFile(a.logPath)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+type usage struct {
+	rssMiB, peakMiB, cpuSeconds float64
+}
+
+// usage reads the agent's resident memory (now and peak) and CPU time from /proc.
+func (a *agentProcess) usage() (usage, error) {
+	var u usage
+	pid := a.cmd.Process.Pid
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmRSS:":
+			u.rssMiB = kb / 1024
+		case "VmHWM:":
+			u.peakMiB = kb / 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// Fields after the parenthesised command: utime and stime are the 12th and 13th.
+	rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseFloat(rest[11], 64)
+	stime, _ := strconv.ParseFloat(rest[12], 64)
+	u.cpuSeconds = (utime + stime) / 100 // USER_HZ is 100 on Linux
+	return u, nil
+}
+
+// requests reads vkubelet_api_requests_total from the agent, keyed "VERB resource".
+func (a *agentProcess) requests() (map[string]float64, error) {
+	resp, err := http.Get("http://" + a.metricsAddr + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("reading agent metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "vkubelet_api_requests_total{") {
+			continue
+		}
+		labels := line[strings.IndexByte(line, '{')+1 : strings.LastIndexByte(line, '}')]
+		var verb, resource string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "verb":
+				verb = v
+			case "resource":
+				resource = v
+			}
+		}
+		f := strings.Fields(line)
+		val, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		out[verb+" "+resource] = val
+	}
+	return out, s.Err()
+}
