@@ -30,8 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -52,27 +52,27 @@ type Config struct {
 
 // Result holds the figures of one run. JSON names are the documented fields.
 type Result struct {
-	Pods             int                `json:"pods"`
-	OfferedRate      float64            `json:"offered_rate,omitempty"`
-	CeilingPodsPerS  float64            `json:"ceiling_pods_per_s"`
-	PodsPerS         float64            `json:"pods_per_s"`
-	RatioToCeiling   float64            `json:"ratio_to_ceiling"`
-	P50ms            float64            `json:"p50_ms"`
-	P90ms            float64            `json:"p90_ms"`
-	P99ms            float64            `json:"p99_ms"`
-	WritesPerPod     float64            `json:"writes_per_pod"`
-	WritesByKind     map[string]float64 `json:"writes_per_pod_by_kind"`
-	IdleRSSMiB       float64            `json:"idle_rss_mib"`
-	PeakRSSMiB       float64            `json:"peak_rss_mib"`
-	RSSGrowthMiB     float64            `json:"rss_growth_mib"`
-	CPUSeconds       float64            `json:"cpu_s"`
-	DeletePodsPerS   float64            `json:"delete_pods_per_s"`
-	DeleteP99ms      float64            `json:"delete_p99_ms"`
-	DurationSeconds  float64            `json:"duration_s"`
-	CeilingSeconds   float64            `json:"ceiling_s"`
-	CreateSeconds    float64            `json:"create_s"`
-	DeleteSeconds    float64            `json:"delete_s"`
-	AgentQPS         string             `json:"agent_flags,omitempty"`
+	Pods            int                `json:"pods"`
+	OfferedRate     float64            `json:"offered_rate,omitempty"`
+	CeilingPodsPerS float64            `json:"ceiling_pods_per_s"`
+	PodsPerS        float64            `json:"pods_per_s"`
+	RatioToCeiling  float64            `json:"ratio_to_ceiling"`
+	P50ms           float64            `json:"p50_ms"`
+	P90ms           float64            `json:"p90_ms"`
+	P99ms           float64            `json:"p99_ms"`
+	WritesPerPod    float64            `json:"writes_per_pod"`
+	WritesByKind    map[string]float64 `json:"writes_per_pod_by_kind"`
+	IdleRSSMiB      float64            `json:"idle_rss_mib"`
+	PeakRSSMiB      float64            `json:"peak_rss_mib"`
+	RSSGrowthMiB    float64            `json:"rss_growth_mib"`
+	CPUSeconds      float64            `json:"cpu_s"`
+	DeletePodsPerS  float64            `json:"delete_pods_per_s"`
+	DeleteP99ms     float64            `json:"delete_p99_ms"`
+	DurationSeconds float64            `json:"duration_s"`
+	CeilingSeconds  float64            `json:"ceiling_s"`
+	CreateSeconds   float64            `json:"create_s"`
+	DeleteSeconds   float64            `json:"delete_s"`
+	AgentQPS        string             `json:"agent_flags,omitempty"`
 }
 
 // Run measures the ceiling, then the node agent.
