@@ -12,11 +12,7 @@
 package servingcert
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -24,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"slices"
@@ -35,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/certificate"
 )
 
@@ -209,37 +205,14 @@ func matches(csr *certificatesv1.CertificateSigningRequest, want *x509.Certifica
 	return true
 }
 
+// selfSigned makes a certificate signed by a throw-away CA of its own, with
+// client-go's helper.
 func selfSigned(name string, ips []net.IP, dns []string) (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(name, ips, dns)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  ips,
-		DNSNames:     dns,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	var certPEM, keyPEM bytes.Buffer
-	_ = pem.Encode(&certPEM, &pem.Block{Type: "CERTIFICATE", Bytes: der})
-	_ = pem.Encode(&keyPEM, &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	cert, err := tls.X509KeyPair(certPEM.Bytes(), keyPEM.Bytes())
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}

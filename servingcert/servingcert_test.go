@@ -1,0 +1,68 @@
+package servingcert
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"net"
+	"testing"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+)
+
+func TestSelfSignedCoversTheNodeAddresses(t *testing.T) {
+	cfg, err := TLSConfig(context.Background(), Config{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.VerifyHostname("10.1.2.3"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// csrFor builds a CSR object asking for subject and addresses.
+func csrFor(t *testing.T, cn string, org []string, ips []net.IP, dns []string) *certificatesv1.CertificateSigningRequest {
+	key, err := keyutil.MakeEllipticPrivateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := keyutil.ParsePrivateKeyPEM(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(nil, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn, Organization: org}, IPAddresses: ips, DNSNames: dns}, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
+		Request: pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateRequestBlockType, Bytes: der}),
+	}}
+}
+
+func TestAutoApproveMatchesOnlyTheNodesOwnRequest(t *testing.T) {
+	ip := []net.IP{net.ParseIP("10.1.2.3")}
+	want := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:vk", Organization: []string{"system:nodes"}}, IPAddresses: ip, DNSNames: []string{"vk"}}
+	cases := []struct {
+		name string
+		csr  *certificatesv1.CertificateSigningRequest
+		ok   bool
+	}{
+		{"own", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk"}), true},
+		{"other node", csrFor(t, "system:node:other", []string{"system:nodes"}, ip, []string{"vk"}), false},
+		{"extra IP", csrFor(t, "system:node:vk", []string{"system:nodes"}, append(ip, net.ParseIP("8.8.8.8")), []string{"vk"}), false},
+		{"extra DNS", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk", "evil.example"}), false},
+		{"other group", csrFor(t, "system:node:vk", []string{"system:masters"}, ip, []string{"vk"}), false},
+	}
+	for _, tc := range cases {
+		if got := matches(tc.csr, want); got != tc.ok {
+			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
+}
