@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/resolve"
 )
 
 // Config configures a Controller. Client, NodeName and Provider are required.
@@ -45,6 +46,9 @@ type Config struct {
 	Recorder record.EventRecorder
 	// Metrics receives the controller's own metrics; nil keeps them unregistered.
 	Metrics *Metrics
+	// TokenCheckInterval is how often projected service-account tokens are checked
+	// for refresh (they are renewed at 80% of their lifetime). Default 30s.
+	TokenCheckInterval time.Duration
 	// Clock drives grace periods and polling; nil means the real clock.
 	Clock  clock.WithTicker
 	Logger *slog.Logger
@@ -57,6 +61,13 @@ type Controller struct {
 	provider provider.PodLifecycleHandler
 	// notifier is the provider as a PodNotifier, nil if it must be polled.
 	notifier provider.PodNotifier
+	// resolvedHandler is the provider as a ResolvedPodHandler, nil if it takes plain pods.
+	resolvedHandler provider.ResolvedPodHandler
+	// volumeUpdater is the provider as a VolumeUpdater, nil if it keeps no volumes current.
+	volumeUpdater provider.VolumeUpdater
+	// resolver resolves pod specs (env, volumes, pull secrets) before they reach the
+	// provider, and tells us when what a pod references changes.
+	resolver *resolve.Resolver
 
 	informers informers.SharedInformerFactory
 	// podLister reads pods bound to our node from the informer's cache.
@@ -131,11 +142,21 @@ func NewController(cfg Config) (*Controller, error) {
 	if n, ok := cfg.Provider.(provider.PodNotifier); ok {
 		c.notifier = n
 	}
+	c.resolvedHandler, _ = cfg.Provider.(provider.ResolvedPodHandler)
+	c.volumeUpdater, _ = cfg.Provider.(provider.VolumeUpdater)
+	var err error
+	c.resolver, err = resolve.New(resolve.Config{
+		Client: cfg.Client, NodeName: cfg.NodeName, Recorder: cfg.Recorder, OnChange: c.handleReferenceChange,
+		TokenCheckInterval: cfg.TokenCheckInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod controller: %w", err)
+	}
 	c.syncQueue = c.newQueue("pod_sync")
 	c.statusQueue = c.newQueue("pod_status")
 	c.deleteQueue = c.newQueue("pod_delete")
 
-	_, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.handlePod(obj) },
 		UpdateFunc: func(_, obj any) {
 			c.handlePod(obj)
@@ -178,6 +199,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.notifier != nil {
 		c.notifier.NotifyPods(ctx, c.handleProviderPod)
 	}
+	go c.resolver.Run(ctx)
 	c.informers.Start(ctx.Done())
 	c.log.Info("waiting for the pod informer to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.podsSynced) {
@@ -250,6 +272,20 @@ func (c *Controller) handleDeletedPod(obj any) {
 		return
 	}
 	c.deleteQueue.Add(keyOf(p))
+}
+
+// handleReferenceChange is the resolver's callback: an object the pod references
+// changed (or appeared), or one of its tokens is due for refresh. A pod waiting for
+// it is synced again; a running pod gets its volumes refreshed.
+func (c *Controller) handleReferenceChange(key string) {
+	c.state.updateIfExists(key, func(s *podState) { s.volumesStale = true })
+	c.syncQueue.Add(key)
+}
+
+// forget drops what the controller and the resolver keep about key.
+func (c *Controller) forget(key string) {
+	c.state.forget(key)
+	c.resolver.Release(key)
 }
 
 // handleProviderPod is the PodNotifier callback. It must not block: it records the

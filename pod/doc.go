@@ -2,8 +2,9 @@
 // binds to the node to the provider, and reports what the provider says back to the
 // API server.
 //
-// A pod's path: an informer filtered on spec.nodeName → the sync queue (create or
-// update in the provider) → the provider → PodNotifier or polling → the status queue
+// A pod's path: an informer filtered on spec.nodeName → the sync queue (spec
+// resolution by package resolve, then create or update in the provider; volume
+// refreshes when what a pod references changes) → the provider → PodNotifier or polling → the status queue
 // (a strategic-merge patch of the status subresource that keeps others' fields) →
 // and, once a deletion is requested, the deletion queue (DeletePod, then removal
 // from the API once the provider confirms or the grace period has passed).

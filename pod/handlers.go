@@ -97,7 +97,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
 			return err
 		}
-		c.state.forget(key)
+		c.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -111,7 +111,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
 			return err
 		}
-		c.state.forget(key)
+		c.forget(key)
 		st = podState{}
 	}
 
@@ -151,7 +151,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 	if err := c.removeFromAPI(ctx, p); err != nil {
 		return err
 	}
-	c.state.forget(key)
+	c.forget(key)
 	return nil
 }
 
@@ -212,6 +212,9 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 		}
 		c.state.update(key, func(s *podState) {
 			s.providerUID, s.lastPod, s.applied = uid, pp.DeepCopy(), updatableOf(pp)
+			// Its volume files are unknown: the first sync resolves them, which
+			// also starts watching what they come from.
+			s.volumesStale = true
 		})
 		// A different UID under the same name is replaced by the sync handler.
 		if err != nil || apiPod.DeletionTimestamp != nil {

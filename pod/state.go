@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/provider"
 )
 
 // podState is what the controller remembers about one pod key (namespace/name)
@@ -23,6 +25,14 @@ type podState struct {
 	deleteRequested types.UID
 	// notified is the latest status pushed by a PodNotifier for providerUID.
 	notified *corev1.PodStatus
+	// env is the environment the provider started the pod with: like the kubelet's,
+	// it stays fixed for the pod's life. Nil for plain providers and after a restart.
+	env map[string][]corev1.EnvVar
+	// volumes are the volume files last handed to the provider.
+	volumes map[string]*provider.VolumeContents
+	// volumesStale is set when an object the pod references changed, or one of its
+	// tokens is due for refresh, since volumes were resolved.
+	volumesStale bool
 }
 
 // stateStore holds the podState of every key and a lock per key, so the sync,

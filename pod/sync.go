@@ -6,20 +6,29 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/resolve"
 )
 
 // Event reasons the controller records on pods.
 const (
-	ReasonProviderFailed = "ProviderFailed" // a provider call failed; the message says which and why
-	ReasonProviderLost   = "ProviderLost"   // the provider lost a pod whose restart policy forbids starting it again
+	ReasonProviderFailed = "ProviderFailed"  // a provider call failed; the message says which and why
+	ReasonProviderLost   = "ProviderLost"    // the provider lost a pod whose restart policy forbids starting it again
 	ReasonCreated        = "ProviderCreated" // the provider accepted the pod
 	ReasonUpdated        = "ProviderUpdated" // the provider accepted a change of an updatable field
 	ReasonKilling        = "Killing"         // the provider was asked to stop the pod (the kubelet's reason)
+	ReasonFailed         = "Failed"          // the pod's spec cannot be resolved (the kubelet's reason)
+	ReasonFailedMount    = "FailedMount"     // a running pod's volumes cannot be refreshed (the kubelet's reason)
+
+	// ReasonCreateContainerConfigError is the kubelet's waiting reason of containers
+	// whose configuration (env, volumes) references something missing.
+	ReasonCreateContainerConfigError = "CreateContainerConfigError"
 )
 
 // syncHandler makes the provider run the API's version of the pod: create it if the
@@ -55,7 +64,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
 			return err
 		}
-		c.state.forget(key)
+		c.forget(key)
 		st = podState{}
 	}
 
@@ -71,20 +80,29 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 
 	want := updatableOf(p)
 	if st.applied != nil && st.applied.equal(want) {
-		return nil
+		return c.refreshVolumes(ctx, key, p, st)
 	}
-	if err := c.callProvider(ctx, p, "UpdatePod", func(ctx context.Context) error {
-		return c.provider.UpdatePod(ctx, p.DeepCopy())
-	}); err != nil {
-		return err
-	}
-	c.state.update(key, func(s *podState) { s.applied, s.lastPod = want, p.DeepCopy() })
-	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
-	return nil
+	return c.updateInProvider(ctx, key, p, st, want)
 }
 
+// createInProvider resolves the pod and hands it to the provider. A pod whose
+// mandatory references are missing is not handed over: it waits, as the kubelet's
+// would, until the resolver reports that what it lacks has appeared.
 func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod) error {
-	err := c.callProvider(ctx, p, "CreatePod", func(ctx context.Context) error {
+	var rp *provider.ResolvedPod
+	var err error
+	if c.resolvedHandler != nil {
+		rp, err = c.resolver.Resolve(ctx, p)
+	} else {
+		err = c.resolver.Check(ctx, p)
+	}
+	if err != nil {
+		return c.resolveFailed(ctx, p, err)
+	}
+	err = c.callProvider(ctx, p, "CreatePod", func(ctx context.Context) error {
+		if rp != nil {
+			return c.resolvedHandler.CreateResolvedPod(ctx, rp)
+		}
 		return c.provider.CreatePod(ctx, p.DeepCopy())
 	})
 	if err != nil {
@@ -93,6 +111,10 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.applied, s.lastPod = p.UID, updatableOf(p), p.DeepCopy()
 		s.deleteRequested, s.notified = "", nil
+		s.env, s.volumes, s.volumesStale = nil, nil, false
+		if rp != nil {
+			s.env, s.volumes = rp.Env, rp.Volumes
+		}
 	})
 	c.log.Debug("pod created in provider", "pod", key)
 	c.recorder.Event(p, corev1.EventTypeNormal, ReasonCreated, "Pod handed to the provider")
@@ -100,6 +122,114 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		c.statusQueue.Add(key) // read the first status now, not at the next poll
 	}
 	return nil
+}
+
+// updateInProvider tells the provider about a change of an updatable field. A
+// resolving provider gets the pod re-resolved, but with the environment it started
+// with: the kubelet does not change the environment of a running container either.
+func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, st podState, want *updatable) error {
+	var rp *provider.ResolvedPod
+	if c.resolvedHandler != nil {
+		var err error
+		rp, err = c.resolver.Resolve(ctx, p)
+		if err != nil {
+			c.recorder.Event(p, corev1.EventTypeWarning, ReasonFailed, "Error: "+resolveMessage(err))
+			return fmt.Errorf("resolving %s: %w", key, err)
+		}
+		if st.env != nil {
+			rp.Env = st.env
+		}
+	}
+	if err := c.callProvider(ctx, p, "UpdatePod", func(ctx context.Context) error {
+		if rp != nil {
+			return c.resolvedHandler.UpdateResolvedPod(ctx, rp)
+		}
+		return c.provider.UpdatePod(ctx, p.DeepCopy())
+	}); err != nil {
+		return err
+	}
+	c.state.update(key, func(s *podState) {
+		s.applied, s.lastPod = want, p.DeepCopy()
+		if rp != nil {
+			s.env, s.volumes, s.volumesStale = rp.Env, rp.Volumes, false
+		}
+	})
+	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
+	return nil
+}
+
+// refreshVolumes hands a running pod's volume files to a VolumeUpdater again when
+// something they come from changed, and only if the files did change. A reference
+// that went missing leaves the files as they were, as the kubelet leaves a mounted
+// volume.
+func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.Pod, st podState) error {
+	if !st.volumesStale {
+		return nil
+	}
+	c.state.update(key, func(s *podState) { s.volumesStale = false })
+	if c.volumeUpdater == nil || c.resolvedHandler == nil {
+		return nil
+	}
+	stale := func() { c.state.update(key, func(s *podState) { s.volumesStale = true }) }
+	vols, err := c.resolver.ResolveVolumes(ctx, p)
+	if resolve.IsMissing(err) {
+		c.recorder.Event(p, corev1.EventTypeWarning, ReasonFailedMount, "Volumes not refreshed: "+resolveMessage(err))
+		return nil
+	}
+	if err != nil {
+		stale()
+		return fmt.Errorf("resolving volumes of %s: %w", key, err)
+	}
+	if equality.Semantic.DeepEqual(vols, st.volumes) {
+		return nil
+	}
+	rp := &provider.ResolvedPod{Pod: p.DeepCopy(), Env: st.env, Volumes: vols}
+	if err := c.callProvider(ctx, p, "UpdatePodVolumes", func(ctx context.Context) error {
+		return c.volumeUpdater.UpdatePodVolumes(ctx, rp)
+	}); err != nil {
+		stale()
+		return err
+	}
+	c.state.update(key, func(s *podState) { s.volumes = vols })
+	c.log.Debug("pod volumes refreshed", "pod", key)
+	return nil
+}
+
+// resolveFailed handles a pod that cannot be resolved. A missing mandatory
+// reference is reported the kubelet's way: a Warning Event "Failed", the pod Pending
+// with every container Waiting in CreateContainerConfigError; the pod is synced
+// again when the resolver sees the object appear. Any other error is retried.
+func (c *Controller) resolveFailed(ctx context.Context, p *corev1.Pod, err error) error {
+	msg := resolveMessage(err)
+	c.recorder.Event(p, corev1.EventTypeWarning, ReasonFailed, "Error: "+msg)
+	if !resolve.IsMissing(err) {
+		return fmt.Errorf("resolving %s: %w", keyOf(p), err)
+	}
+	c.log.Info("pod waits for a missing reference", "pod", keyOf(p), "missing", msg)
+	status := &corev1.PodStatus{Phase: corev1.PodPending}
+	waiting := func(cs []corev1.Container) []corev1.ContainerStatus {
+		out := make([]corev1.ContainerStatus, 0, len(cs))
+		for _, ctr := range cs {
+			out = append(out, corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image, Started: ptr.To(false),
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: ReasonCreateContainerConfigError, Message: msg}},
+			})
+		}
+		return out
+	}
+	status.InitContainerStatuses = waiting(p.Spec.InitContainers)
+	status.ContainerStatuses = waiting(p.Spec.Containers)
+	return c.writeStatus(ctx, p, status)
+}
+
+// resolveMessage is the kubelet's wording of a resolution error: the missing
+// reference alone when that is what it is.
+func resolveMessage(err error) string {
+	var m *resolve.MissingError
+	if errors.As(err, &m) {
+		return m.Error()
+	}
+	return err.Error()
 }
 
 // callProvider runs one provider call for pod p, counting it in the metrics and, on

@@ -68,6 +68,15 @@
 // errors that name it; calls about a container that is not running, an InvalidInput
 // error.
 //
+// # Resolved pods
+//
+// The mock is a ResolvedPodHandler and a VolumeUpdater: it keeps the last resolved
+// pod of each pod (environment, volume files, pull credentials; not persisted) and
+// counts UpdatePodVolumes calls. Exec of `env` prints the resolved environment and
+// `cat /<mountPath>/<file>` a resolved volume file, so tests can check resolution
+// end to end through kubectl exec.
+//
 // The exported methods that are not part of the provider contract (SetPingError,
-// SetCapacity, CreateCount, DeleteCalls, Pods) are hooks for tests.
+// SetCapacity, CreateCount, DeleteCalls, Pods, Resolved, VolumeUpdates) are hooks
+// for tests.
 package mock

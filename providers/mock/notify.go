@@ -160,6 +160,7 @@ func (p *Provider) deliverLocked(ev event, now time.Time) *corev1.Pod {
 	}
 	if rec.goneAt(now) {
 		delete(p.pods, ev.key)
+		delete(p.resolved, ev.key)
 		p.version++
 		p.log.Debug("pod stopped", "pod", ev.key, "uid", ev.uid)
 		return rec.terminatedPod()

@@ -31,6 +31,8 @@ var (
 	_ provider.ContainerExecProvider   = (*Provider)(nil)
 	_ provider.ContainerAttachProvider = (*Provider)(nil)
 	_ provider.PortForwardProvider     = (*Provider)(nil)
+	_ provider.ResolvedPodHandler      = (*Provider)(nil)
+	_ provider.VolumeUpdater           = (*Provider)(nil)
 )
 
 const (
@@ -61,20 +63,22 @@ type Provider struct {
 	// mu guards everything below. Pod records are immutable once stored (a change
 	// stores a new record), so a snapshot of pointers can be read after unlocking.
 	mu           sync.Mutex
-	pods         map[string]*podRecord // by namespace/name
-	createCounts map[types.UID]int     // pods actually created, by UID (persisted)
-	deleteCalls  map[types.UID]int     // DeletePod calls, by UID (persisted)
-	nextIP       uint32                // offset from firstPodIP of the next pod IP (persisted)
-	hostIP       string                // given by WithHostIP, else the node's InternalIP
-	hostIPFixed  bool                  // hostIP came from WithHostIP: ConfigureNode leaves it
-	capacity     corev1.ResourceList   // the node's capacity and allocatable
-	node         *corev1.Node          // the node as last configured: base of node notifications
-	notifyNode   func(*corev1.Node)    // from NotifyNodeStatus
-	pingErr      error                 // what Ping returns (SetPingError)
-	sched        *scheduler            // delivers pod notifications while NotifyPods' ctx lives
-	version      uint64                // bumped on every change the StateFile must record
-	cpuCoreNanos uint64                // the node's cumulative CPU, integrated at each sample
-	cpuSampledAt time.Time             // when cpuCoreNanos was last brought up to date
+	pods         map[string]*podRecord            // by namespace/name
+	createCounts map[types.UID]int                // pods actually created, by UID (persisted)
+	deleteCalls  map[types.UID]int                // DeletePod calls, by UID (persisted)
+	nextIP       uint32                           // offset from firstPodIP of the next pod IP (persisted)
+	hostIP       string                           // given by WithHostIP, else the node's InternalIP
+	hostIPFixed  bool                             // hostIP came from WithHostIP: ConfigureNode leaves it
+	capacity     corev1.ResourceList              // the node's capacity and allocatable
+	node         *corev1.Node                     // the node as last configured: base of node notifications
+	notifyNode   func(*corev1.Node)               // from NotifyNodeStatus
+	pingErr      error                            // what Ping returns (SetPingError)
+	sched        *scheduler                       // delivers pod notifications while NotifyPods' ctx lives
+	version      uint64                           // bumped on every change the StateFile must record
+	cpuCoreNanos uint64                           // the node's cumulative CPU, integrated at each sample
+	cpuSampledAt time.Time                        // when cpuCoreNanos was last brought up to date
+	resolved     map[string]*provider.ResolvedPod // last resolved pod by namespace/name (not persisted)
+	volumeCalls  map[string]int                   // UpdatePodVolumes calls by namespace/name
 
 	// saveMu serialises writes of the StateFile; savedVersion is the version on disk.
 	saveMu       sync.Mutex
@@ -126,6 +130,8 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		pods:         map[string]*podRecord{},
 		createCounts: map[types.UID]int{},
 		deleteCalls:  map[types.UID]int{},
+		resolved:     map[string]*provider.ResolvedPod{},
+		volumeCalls:  map[string]int{},
 		hostIP:       defaultHostIP,
 		capacity:     capacity,
 	}
@@ -199,6 +205,7 @@ func (p *Provider) lookupLocked(key string, now time.Time) *podRecord {
 	if rec.goneAt(now) {
 		if p.sched == nil {
 			delete(p.pods, key)
+			delete(p.resolved, key)
 			p.version++
 		}
 		return nil

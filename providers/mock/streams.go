@@ -163,7 +163,11 @@ func (r *followReader) Close() error {
 	return nil
 }
 
-// RunInContainer runs the mock's script for cmd: it writes cmd joined by spaces and a
+// RunInContainer runs the mock's script for cmd. For a pod given resolved
+// (CreateResolvedPod), `env` prints the container's resolved environment, one
+// NAME=value per line, and `cat /mount/path/file` prints a file of a volume the
+// container mounts (exit code 1 and an error on stderr if there is none). Otherwise
+// it writes cmd joined by spaces and a
 // newline to stdout, then copies stdin, if given, to stdout until EOF. A command
 // "exit N" (or "sh -c 'exit N'") then fails with an *provider.ExecError of code N.
 // With a TTY the output still goes to stdout. If ctx ends first, it returns ctx.Err().
@@ -174,8 +178,15 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	if len(cmd) == 0 {
 		return errdefs.InvalidInput("mock: exec in %s/%s/%s: empty command", namespace, name, container)
 	}
+	p.mu.Lock()
+	rp := p.resolved[podKey(namespace, name)]
+	p.mu.Unlock()
+	out, scripted, outErr := scriptedOutput(rp, container, cmd)
 	code := exitCode(cmd)
 	err := runSession(ctx, attach, func(stdin io.Reader, stdout io.Writer) error {
+		if scripted {
+			return writeScripted(stdout, attach, out, outErr)
+		}
 		if _, err := io.WriteString(stdout, strings.Join(cmd, " ")+"\n"); err != nil {
 			return err
 		}

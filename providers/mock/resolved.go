@@ -1,0 +1,183 @@
+package mock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// CreateResolvedPod is CreatePod; the mock also keeps the resolved pod, so that
+// exec can show its environment and volume files (see RunInContainer).
+func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	if err := p.CreatePod(ctx, rp.Pod); err != nil {
+		return err
+	}
+	p.keepResolved(rp, false)
+	return nil
+}
+
+// UpdateResolvedPod is UpdatePod, keeping the resolved pod like CreateResolvedPod.
+func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	if err := p.UpdatePod(ctx, rp.Pod); err != nil {
+		return err
+	}
+	p.keepResolved(rp, false)
+	return nil
+}
+
+// UpdatePodVolumes replaces the volume files of a pod the mock runs and counts the
+// call (VolumeUpdates).
+func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
+	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
+	p.mu.Lock()
+	rec := p.lookupLocked(key, p.clock.Now())
+	p.mu.Unlock()
+	if rec == nil || rec.pod.UID != rp.Pod.UID {
+		return notFound(rp.Pod.Namespace, rp.Pod.Name)
+	}
+	p.keepResolved(rp, true)
+	p.log.Debug("pod volumes updated", "pod", key)
+	return nil
+}
+
+// keepResolved stores a copy of rp; with volumesOnly, only its volumes replace the
+// kept ones.
+func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
+	c := copyResolved(rp)
+	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.resolved[key]; volumesOnly && old != nil && old.Pod.UID == rp.Pod.UID {
+		kept := *old
+		kept.Volumes = c.Volumes
+		c = &kept
+	}
+	p.resolved[key] = c
+	if volumesOnly {
+		p.volumeCalls[key]++
+	}
+}
+
+// Resolved returns a copy of the last resolved pod given for namespace/name, or nil.
+// It is meant for tests.
+func (p *Provider) Resolved(namespace, name string) *provider.ResolvedPod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rp := p.resolved[podKey(namespace, name)]
+	if rp == nil {
+		return nil
+	}
+	return copyResolved(rp)
+}
+
+// VolumeUpdates returns how many times UpdatePodVolumes succeeded for
+// namespace/name. It is meant for tests.
+func (p *Provider) VolumeUpdates(namespace, name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.volumeCalls[podKey(namespace, name)]
+}
+
+func copyResolved(rp *provider.ResolvedPod) *provider.ResolvedPod {
+	out := &provider.ResolvedPod{Pod: rp.Pod.DeepCopy()}
+	if rp.Env != nil {
+		out.Env = make(map[string][]corev1.EnvVar, len(rp.Env))
+		for k, v := range rp.Env {
+			out.Env[k] = append([]corev1.EnvVar(nil), v...)
+		}
+	}
+	if rp.Volumes != nil {
+		out.Volumes = make(map[string]*provider.VolumeContents, len(rp.Volumes))
+		for k, v := range rp.Volumes {
+			vc := &provider.VolumeContents{Files: make([]provider.VolumeFile, len(v.Files))}
+			for i, f := range v.Files {
+				vc.Files[i] = provider.VolumeFile{Path: f.Path, Data: append([]byte(nil), f.Data...), Mode: f.Mode}
+			}
+			out.Volumes[k] = vc
+		}
+	}
+	out.PullCredentials = append([]provider.RegistryCredential(nil), rp.PullCredentials...)
+	return out
+}
+
+// scriptedOutput is what the scripted commands `env` and `cat <file>` print for a
+// container of a resolved pod: the resolved environment, one NAME=value per line as
+// env(1) does, or the file of a volume mounted in the container. ok is false for any
+// other command (or a pod given without resolution); a missing file is an error.
+func scriptedOutput(rp *provider.ResolvedPod, container string, cmd []string) (out []byte, ok bool, err error) {
+	if rp == nil {
+		return nil, false, nil
+	}
+	switch {
+	case len(cmd) == 1 && cmd[0] == "env":
+		var b strings.Builder
+		for _, e := range rp.Env[container] {
+			fmt.Fprintf(&b, "%s=%s\n", e.Name, e.Value)
+		}
+		return []byte(b.String()), true, nil
+	case len(cmd) == 2 && cmd[0] == "cat":
+		if data, found := volumeFile(rp, container, cmd[1]); found {
+			return data, true, nil
+		}
+		return nil, true, fmt.Errorf("cat: %s: No such file or directory", cmd[1])
+	}
+	return nil, false, nil
+}
+
+// volumeFile finds the file at absolute path file among the volumes the container
+// mounts.
+func volumeFile(rp *provider.ResolvedPod, container, file string) ([]byte, bool) {
+	file = path.Clean(file)
+	var c *corev1.Container
+	for _, cs := range [][]corev1.Container{rp.Pod.Spec.Containers, rp.Pod.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == container {
+				c = &cs[i]
+			}
+		}
+	}
+	if c == nil {
+		return nil, false
+	}
+	for _, m := range c.VolumeMounts {
+		mount := path.Clean(m.MountPath)
+		rel, ok := strings.CutPrefix(file, mount+"/")
+		if m.SubPath != "" {
+			if file == mount {
+				rel, ok = m.SubPath, true
+			} else if ok {
+				rel = path.Join(m.SubPath, rel)
+			}
+		}
+		if !ok || rp.Volumes[m.Name] == nil {
+			continue
+		}
+		for _, f := range rp.Volumes[m.Name].Files {
+			if f.Path == rel {
+				return f.Data, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// writeScripted writes the output of a scripted command, or its error to stderr
+// (stdout with a TTY), and returns the exit status.
+func writeScripted(stdout io.Writer, attach provider.AttachIO, out []byte, err error) error {
+	if err == nil {
+		_, werr := stdout.Write(out)
+		return werr
+	}
+	var w io.Writer = stdout
+	if attach != nil && attach.Stderr() != nil {
+		w = attach.Stderr()
+	}
+	_, _ = io.WriteString(w, err.Error()+"\n")
+	return &provider.ExecError{ExitCode: 1}
+}

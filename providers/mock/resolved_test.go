@@ -1,0 +1,95 @@
+package mock
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+func resolvedPod() *provider.ResolvedPod {
+	pod := testPod("web", "uid-1")
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+		{Name: "conf", MountPath: "/etc/conf/"},
+		{Name: "conf", MountPath: "/etc/one.txt", SubPath: "dir/one.txt"},
+	}
+	return &provider.ResolvedPod{
+		Pod: pod,
+		Env: map[string][]corev1.EnvVar{"app": {{Name: "A", Value: "1"}, {Name: "B", Value: "two words"}}},
+		Volumes: map[string]*provider.VolumeContents{"conf": {Files: []provider.VolumeFile{
+			{Path: "mode", Data: []byte("v1"), Mode: 0o644},
+			{Path: "dir/one.txt", Data: []byte("one\n"), Mode: 0o644},
+		}}},
+	}
+}
+
+func exec(t *testing.T, p *Provider, cmd ...string) (string, error) {
+	t.Helper()
+	out := &buffer{}
+	err := p.RunInContainer(context.Background(), "default", "web", "app", cmd, &fakeAttach{stdout: out})
+	return out.String(), err
+}
+
+func TestResolvedPodIsKeptAndShownByExec(t *testing.T) {
+	p, clk := newTestProvider(t, Config{})
+	ctx := context.Background()
+	if err := p.CreateResolvedPod(ctx, resolvedPod()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(waitTimeout) // running
+	if got := p.Resolved("default", "web"); got == nil || got.Env["app"][1].Value != "two words" {
+		t.Fatalf("Resolved = %+v", got)
+	}
+	for _, tt := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"env"}, "A=1\nB=two words\n"},
+		{[]string{"cat", "/etc/conf/mode"}, "v1"},
+		{[]string{"cat", "/etc/conf/dir/one.txt"}, "one\n"},
+		{[]string{"cat", "/etc/one.txt"}, "one\n"},
+		{[]string{"echo", "hi"}, "echo hi\n"},
+	} {
+		if got, err := exec(t, p, tt.cmd...); err != nil || got != tt.want {
+			t.Errorf("exec %q = %q, %v; want %q", tt.cmd, got, err, tt.want)
+		}
+	}
+	out, err := exec(t, p, "cat", "/etc/conf/nope")
+	var exitErr *provider.ExecError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode != 1 || out != "cat: /etc/conf/nope: No such file or directory\n" {
+		t.Errorf("cat of a missing file = %q, %v; want exit code 1 and an error", out, err)
+	}
+}
+
+func TestUpdatePodVolumesReplacesFilesOnly(t *testing.T) {
+	p, clk := newTestProvider(t, Config{})
+	ctx := context.Background()
+	rp := resolvedPod()
+	if err := p.CreateResolvedPod(ctx, rp); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(waitTimeout)
+	update := resolvedPod()
+	update.Env = nil
+	update.Volumes["conf"].Files[0].Data = []byte("v2")
+	if err := p.UpdatePodVolumes(ctx, update); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := exec(t, p, "cat", "/etc/conf/mode"); got != "v2" {
+		t.Errorf("mode after the update = %q, want v2", got)
+	}
+	if got, _ := exec(t, p, "env"); got != "A=1\nB=two words\n" {
+		t.Errorf("env after a volume update = %q, want it unchanged", got)
+	}
+	if n := p.VolumeUpdates("default", "web"); n != 1 {
+		t.Errorf("VolumeUpdates = %d, want 1", n)
+	}
+	other := resolvedPod()
+	other.Pod.UID = "uid-2"
+	if err := p.UpdatePodVolumes(ctx, other); err == nil {
+		t.Error("UpdatePodVolumes of another incarnation succeeded")
+	}
+}

@@ -1,0 +1,516 @@
+package resolve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// Config configures a Resolver. Client and NodeName are required.
+type Config struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// Recorder records the Events of skipped optional references and missing pull
+	// secrets (once per pod); nil records none.
+	Recorder record.EventRecorder
+	// OnChange is called with a pod's key (namespace/name) when an object the pod
+	// referenced at its last resolution is added, changed or deleted, and when a
+	// service-account token it was given is due for refresh. It must not block.
+	OnChange func(podKey string)
+	// TokenCheckInterval is how often tokens are checked for refresh. Default 30s.
+	TokenCheckInterval time.Duration
+	// SyncTimeout bounds the wait for the caches of a namespace new to the node.
+	// Default 30s.
+	SyncTimeout time.Duration
+	// Clock drives token refresh; nil means the real clock.
+	Clock  clock.WithTicker
+	Logger *slog.Logger
+}
+
+// Resolver resolves the pods of one node. Its caches hold the ConfigMaps, Secrets
+// and Services of the namespaces that have pods being resolved, and the Services of
+// `default`; Release drops a pod's share of them. All methods are safe for
+// concurrent use, but one pod must not be resolved and released concurrently.
+type Resolver struct {
+	client   kubernetes.Interface
+	nodeName string
+	recorder record.EventRecorder
+	onChange func(string)
+	clock    clock.WithTicker
+	log      *slog.Logger
+
+	checkInterval time.Duration
+	syncTimeout   time.Duration
+
+	// ctx bounds the caches' informers; cancel ends them (at the end of Run).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// stores are the informers by kind and namespace, shared and refcounted by pods.
+	stores map[storeKey]*store
+	// pods are the resolved pods by key: what they hold and reference.
+	pods map[string]*podRefs
+	// referrers maps an object to the keys of the pods that referenced it.
+	referrers map[objectKey]map[string]struct{}
+	// tokens are the service-account tokens handed out, to reuse and refresh.
+	tokens map[tokenKey]*tokenEntry
+}
+
+type kind string
+
+const (
+	kindConfigMap kind = "ConfigMap"
+	kindSecret    kind = "Secret"
+	kindService   kind = "Service"
+)
+
+type storeKey struct {
+	kind      kind
+	namespace string
+}
+
+type objectKey struct {
+	kind            kind
+	namespace, name string
+}
+
+// store is one informer: the objects of one kind in one namespace.
+type store struct {
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	refs     int
+}
+
+// podRefs is what the resolver keeps about one pod key.
+type podRefs struct {
+	uid     types.UID
+	stores  []storeKey
+	objects []objectKey
+	// recorded are the Event messages already recorded for uid.
+	recorded map[string]bool
+}
+
+type tokenKey struct {
+	uid               types.UID
+	serviceAccount    string
+	audience          string
+	expirationSeconds int64
+}
+
+type tokenEntry struct {
+	podKey  string
+	token   string
+	expires time.Time
+	ttl     time.Duration
+}
+
+// due reports whether the token must be replaced: the kubelet's token manager
+// refreshes once 80% of its lifetime has passed, or after 24h.
+func (e *tokenEntry) due(now time.Time) bool {
+	issued := e.expires.Add(-e.ttl)
+	return now.After(issued.Add(24*time.Hour)) || now.After(e.expires.Add(-e.ttl/5))
+}
+
+// New builds a resolver. Its caches start on demand; Run refreshes tokens and stops
+// the caches when it returns.
+func New(cfg Config) (*Resolver, error) {
+	if cfg.Client == nil || cfg.NodeName == "" {
+		return nil, fmt.Errorf("resolver: Client and NodeName are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OnChange == nil {
+		cfg.OnChange = func(string) {}
+	}
+	if cfg.TokenCheckInterval <= 0 {
+		cfg.TokenCheckInterval = 30 * time.Second
+	}
+	if cfg.SyncTimeout <= 0 {
+		cfg.SyncTimeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Resolver{
+		client: cfg.Client, nodeName: cfg.NodeName, recorder: cfg.Recorder, onChange: cfg.OnChange,
+		clock: cfg.Clock, log: cfg.Logger.With("component", "resolver", "node", cfg.NodeName),
+		checkInterval: cfg.TokenCheckInterval, syncTimeout: cfg.SyncTimeout,
+		ctx: ctx, cancel: cancel,
+		stores: map[storeKey]*store{}, pods: map[string]*podRefs{},
+		referrers: map[objectKey]map[string]struct{}{}, tokens: map[tokenKey]*tokenEntry{},
+	}, nil
+}
+
+// Run checks tokens for refresh until ctx ends, then stops every cache.
+func (r *Resolver) Run(ctx context.Context) {
+	defer r.cancel()
+	t := r.clock.NewTicker(r.checkInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			r.checkTokens()
+		}
+	}
+}
+
+// checkTokens tells OnChange about every pod holding a token due for refresh.
+func (r *Resolver) checkTokens() {
+	now := r.clock.Now()
+	due := map[string]bool{}
+	r.mu.Lock()
+	for _, e := range r.tokens {
+		if e.due(now) {
+			due[e.podKey] = true
+		}
+	}
+	r.mu.Unlock()
+	for key := range due {
+		r.onChange(key)
+	}
+}
+
+// Resolve builds everything a provider needs to run pod: environment, volume files
+// (tokens requested) and pull credentials. A missing mandatory reference is a
+// *MissingError; the pod is then notified through OnChange once it appears.
+func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*provider.ResolvedPod, error) {
+	return r.resolve(ctx, pod, everything)
+}
+
+// ResolveVolumes builds only the volume files of pod (tokens requested): what a
+// running pod's mounts would show now.
+func (r *Resolver) ResolveVolumes(ctx context.Context, pod *corev1.Pod) (map[string]*provider.VolumeContents, error) {
+	rp, err := r.resolve(ctx, pod, parts{volumes: true, tokens: true})
+	if err != nil {
+		return nil, err
+	}
+	return rp.Volumes, nil
+}
+
+// Check verifies that every mandatory reference of pod resolves, without requesting
+// tokens: for providers that take plain pods.
+func (r *Resolver) Check(ctx context.Context, pod *corev1.Pod) error {
+	_, err := r.resolve(ctx, pod, parts{env: true, volumes: true, pull: true})
+	return err
+}
+
+// Release forgets the pod with this key: its share of the caches, its references
+// and its tokens.
+func (r *Resolver) Release(podKey string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pods[podKey]
+	if p == nil {
+		return
+	}
+	r.setObjectsLocked(podKey, p, nil)
+	for _, k := range p.stores {
+		r.unrefStoreLocked(k)
+	}
+	for k, e := range r.tokens {
+		if e.podKey == podKey {
+			delete(r.tokens, k)
+		}
+	}
+	delete(r.pods, podKey)
+}
+
+func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*provider.ResolvedPod, error) {
+	key := pod.Namespace + "/" + pod.Name
+	stores, err := r.acquire(ctx, key, pod)
+	if err != nil {
+		return nil, err
+	}
+	src := &cacheSource{r: r, ctx: ctx, stores: stores}
+	rp, notes, err := resolvePod(pod, src, what)
+
+	r.mu.Lock()
+	p := r.pods[key]
+	if p != nil {
+		r.setObjectsLocked(key, p, src.touched)
+	}
+	var record []note
+	for _, n := range notes {
+		if p != nil && !p.recorded[n.Message] {
+			p.recorded[n.Message] = true
+			record = append(record, n)
+		}
+	}
+	r.mu.Unlock()
+	if r.recorder != nil {
+		for _, n := range record {
+			r.recorder.Event(pod, n.Type, n.Reason, n.Message)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", key, err)
+	}
+	return rp, nil
+}
+
+// acquire makes sure the caches the pod needs run and have synced, and counts the
+// pod as one of their users.
+func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (map[storeKey]*store, error) {
+	needed := []storeKey{
+		{kindConfigMap, pod.Namespace}, {kindSecret, pod.Namespace},
+		{kindService, pod.Namespace}, {kindService, "default"},
+	}
+	if pod.Namespace == "default" {
+		needed = needed[:3]
+	}
+	r.mu.Lock()
+	p := r.pods[key]
+	if p != nil && p.uid != pod.UID {
+		// Another incarnation of the name: it starts afresh.
+		r.setObjectsLocked(key, p, nil)
+		for _, k := range p.stores {
+			r.unrefStoreLocked(k)
+		}
+		p = nil
+	}
+	if p == nil {
+		p = &podRefs{uid: pod.UID, recorded: map[string]bool{}}
+		r.pods[key] = p
+		for _, k := range needed {
+			r.refStoreLocked(k)
+		}
+		p.stores = needed
+	}
+	stores := make(map[storeKey]*store, len(needed))
+	for _, k := range p.stores {
+		stores[k] = r.stores[k]
+	}
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, r.syncTimeout)
+	defer cancel()
+	for k, s := range stores {
+		if err := waitSynced(ctx, s.informer); err != nil {
+			return nil, fmt.Errorf("waiting for the %s cache of namespace %s: %w", k.kind, k.namespace, err)
+		}
+	}
+	return stores, nil
+}
+
+func waitSynced(ctx context.Context, inf cache.SharedIndexInformer) error {
+	if inf.HasSynced() {
+		return nil
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !inf.HasSynced() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func (r *Resolver) refStoreLocked(k storeKey) {
+	if s := r.stores[k]; s != nil {
+		s.refs++
+		return
+	}
+	var inf cache.SharedIndexInformer
+	switch k.kind {
+	case kindConfigMap:
+		inf = coreinformers.NewConfigMapInformer(r.client, k.namespace, 0, cache.Indexers{})
+	case kindSecret:
+		inf = coreinformers.NewSecretInformer(r.client, k.namespace, 0, cache.Indexers{})
+	default:
+		inf = coreinformers.NewServiceInformer(r.client, k.namespace, 0, cache.Indexers{})
+	}
+	// Managed fields are never read: do not keep them.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	if k.kind != kindService { // service links are read once, at start
+		changed := func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if m, ok := obj.(metav1.Object); ok {
+				r.objectChanged(objectKey{k.kind, m.GetNamespace(), m.GetName()})
+			}
+		}
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
+		})
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	go inf.RunWithContext(ctx)
+	r.stores[k] = &store{informer: inf, cancel: cancel, refs: 1}
+	r.log.Debug("watching", "kind", k.kind, "namespace", k.namespace)
+}
+
+func (r *Resolver) unrefStoreLocked(k storeKey) {
+	s := r.stores[k]
+	if s == nil {
+		return
+	}
+	if s.refs--; s.refs <= 0 {
+		s.cancel()
+		delete(r.stores, k)
+		r.log.Debug("stopped watching", "kind", k.kind, "namespace", k.namespace)
+	}
+}
+
+// setObjectsLocked replaces the objects pod key references.
+func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey) {
+	for _, o := range p.objects {
+		if m := r.referrers[o]; m != nil {
+			delete(m, key)
+			if len(m) == 0 {
+				delete(r.referrers, o)
+			}
+		}
+	}
+	p.objects = objects
+	for _, o := range objects {
+		m := r.referrers[o]
+		if m == nil {
+			m = map[string]struct{}{}
+			r.referrers[o] = m
+		}
+		m[key] = struct{}{}
+	}
+}
+
+// objectChanged tells OnChange about the pods that reference o.
+func (r *Resolver) objectChanged(o objectKey) {
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.referrers[o]))
+	for k := range r.referrers[o] {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	for _, k := range keys {
+		r.onChange(k)
+	}
+}
+
+// token returns a token of the pod's service account bound to the pod, reusing the
+// last one until it is due for refresh.
+func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds *int64) (string, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	k := tokenKey{uid: pod.UID, serviceAccount: sa, audience: audience}
+	if expirationSeconds != nil {
+		k.expirationSeconds = *expirationSeconds
+	}
+	now := r.clock.Now()
+	r.mu.Lock()
+	e := r.tokens[k]
+	r.mu.Unlock()
+	if e != nil && !e.due(now) {
+		return e.token, nil
+	}
+	var auds []string
+	if audience != "" {
+		auds = []string{audience}
+	}
+	tr, err := r.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences:         auds,
+			ExpirationSeconds: expirationSeconds,
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token of service account %s/%s: %w", pod.Namespace, sa, err)
+	}
+	expires := tr.Status.ExpirationTimestamp.Time
+	ttl := expires.Sub(now)
+	if tr.Spec.ExpirationSeconds != nil {
+		ttl = time.Duration(*tr.Spec.ExpirationSeconds) * time.Second
+	}
+	r.mu.Lock()
+	if p := r.pods[pod.Namespace+"/"+pod.Name]; p != nil && p.uid == pod.UID {
+		r.tokens[k] = &tokenEntry{podKey: pod.Namespace + "/" + pod.Name, token: tr.Status.Token, expires: expires, ttl: ttl}
+	}
+	r.mu.Unlock()
+	return tr.Status.Token, nil
+}
+
+// cacheSource reads from the resolver's caches and records what it was asked for.
+type cacheSource struct {
+	r       *Resolver
+	ctx     context.Context
+	stores  map[storeKey]*store
+	touched []objectKey
+}
+
+func (s *cacheSource) get(k kind, namespace, name string) (any, error) {
+	s.touched = append(s.touched, objectKey{k, namespace, name})
+	st := s.stores[storeKey{k, namespace}]
+	if st == nil {
+		return nil, fmt.Errorf("no %s cache for namespace %s", k, namespace)
+	}
+	obj, ok, err := st.informer.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return obj, nil
+}
+
+func (s *cacheSource) configMap(namespace, name string) (*corev1.ConfigMap, error) {
+	obj, err := s.get(kindConfigMap, namespace, name)
+	if obj == nil {
+		return nil, err
+	}
+	return obj.(*corev1.ConfigMap), nil
+}
+
+func (s *cacheSource) secret(namespace, name string) (*corev1.Secret, error) {
+	obj, err := s.get(kindSecret, namespace, name)
+	if obj == nil {
+		return nil, err
+	}
+	return obj.(*corev1.Secret), nil
+}
+
+func (s *cacheSource) services(namespace string) ([]*corev1.Service, error) {
+	st := s.stores[storeKey{kindService, namespace}]
+	if st == nil {
+		return nil, fmt.Errorf("no Service cache for namespace %s", namespace)
+	}
+	var out []*corev1.Service
+	for _, obj := range st.informer.GetIndexer().List() {
+		out = append(out, obj.(*corev1.Service))
+	}
+	return out, nil
+}
+
+func (s *cacheSource) node() (*corev1.Node, error) {
+	return s.r.client.CoreV1().Nodes().Get(s.ctx, s.r.nodeName, metav1.GetOptions{})
+}
+
+func (s *cacheSource) token(pod *corev1.Pod, audience string, expirationSeconds *int64) (string, error) {
+	return s.r.token(s.ctx, pod, audience, expirationSeconds)
+}

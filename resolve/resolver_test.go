@@ -1,0 +1,154 @@
+package resolve
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// tokenFixture is a resolver over a fake clientset whose TokenRequests return
+// "t1", "t2", … valid for the seconds asked (600 by default), on a fake clock.
+type tokenFixture struct {
+	r       *Resolver
+	clk     *clocktesting.FakeClock
+	mu      sync.Mutex
+	changed []string
+	asked   []*authenticationv1.TokenRequest
+}
+
+func newTokenFixture(t *testing.T, objects ...runtime.Object) *tokenFixture {
+	t.Helper()
+	f := &tokenFixture{clk: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	client := fake.NewClientset(objects...)
+	client.PrependReactor("create", "serviceaccounts", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		tr := a.(core.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		f.mu.Lock()
+		f.asked = append(f.asked, tr.DeepCopy())
+		n := len(f.asked)
+		f.mu.Unlock()
+		secs := ptr.Deref(tr.Spec.ExpirationSeconds, 3600)
+		tr.Spec.ExpirationSeconds = &secs
+		tr.Status = authenticationv1.TokenRequestStatus{Token: fmt.Sprintf("t%d", n),
+			ExpirationTimestamp: metav1.NewTime(f.clk.Now().Add(time.Duration(secs) * time.Second))}
+		return true, tr, nil
+	})
+	var err error
+	f.r, err = New(Config{Client: client, NodeName: "vk", Clock: f.clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnChange: func(key string) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.changed = append(f.changed, key)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.r.cancel)
+	return f
+}
+
+func (f *tokenFixture) changes() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.changed...)
+}
+
+func tokenPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-1"},
+		Spec: corev1.PodSpec{ServiceAccountName: "robot", Containers: []corev1.Container{{Name: "c"}},
+			Volumes: []corev1.Volume{{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Path: "token", Audience: "vault", ExpirationSeconds: ptr.To[int64](600)}}}}}}}},
+	}
+}
+
+func tokenOf(t *testing.T, f *tokenFixture, p *corev1.Pod) string {
+	t.Helper()
+	vols, err := f.r.ResolveVolumes(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(vols["tok"].Files[0].Data)
+}
+
+func TestTokenRequestIsBoundToThePod(t *testing.T) {
+	f := newTokenFixture(t)
+	tokenOf(t, f, tokenPod())
+	if len(f.asked) != 1 {
+		t.Fatalf("%d token requests, want 1", len(f.asked))
+	}
+	spec := f.asked[0].Spec
+	want := authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "uid-1"}
+	if !reflect.DeepEqual(spec.Audiences, []string{"vault"}) || ptr.Deref(spec.ExpirationSeconds, 0) != 600 ||
+		spec.BoundObjectRef == nil || *spec.BoundObjectRef != want {
+		t.Errorf("token request %+v, want audience vault, 600s, bound to %+v", spec, want)
+	}
+}
+
+func TestTokenIsRefreshedAtEightyPercentOfItsLifetime(t *testing.T) {
+	f := newTokenFixture(t)
+	p := tokenPod()
+	if got := tokenOf(t, f, p); got != "t1" {
+		t.Fatalf("first token = %q, want t1", got)
+	}
+	f.clk.Step(470 * time.Second) // 78%
+	f.r.checkTokens()
+	if got := f.changes(); len(got) != 0 {
+		t.Fatalf("OnChange(%v) before 80%% of the lifetime", got)
+	}
+	if got := tokenOf(t, f, p); got != "t1" {
+		t.Fatalf("token before 80%% = %q, want t1 reused", got)
+	}
+	f.clk.Step(11 * time.Second) // 80.2%
+	f.r.checkTokens()
+	if got := f.changes(); len(got) != 1 || got[0] != "ns/p" {
+		t.Fatalf("OnChange calls = %v, want [ns/p]", got)
+	}
+	if got := tokenOf(t, f, p); got != "t2" {
+		t.Fatalf("token after 80%% = %q, want t2", got)
+	}
+	f.r.checkTokens()
+	if got := f.changes(); len(got) != 1 {
+		t.Errorf("OnChange calls after the refresh = %v, want no more", got)
+	}
+}
+
+func TestReleaseStopsWatchingTheNamespace(t *testing.T) {
+	f := newTokenFixture(t)
+	p := tokenPod()
+	if err := f.r.Check(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	f.r.mu.Lock()
+	watched := len(f.r.stores)
+	f.r.mu.Unlock()
+	if watched != 4 { // ConfigMaps, Secrets and Services of ns; Services of default
+		t.Errorf("%d caches while a pod is resolved, want 4", watched)
+	}
+	if len(f.asked) != 0 {
+		t.Errorf("Check requested %d tokens, want none", len(f.asked))
+	}
+	f.r.Release("ns/p")
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	if len(f.r.stores) != 0 || len(f.r.pods) != 0 || len(f.r.referrers) != 0 {
+		t.Errorf("after Release: %d caches, %d pods, %d references; want none", len(f.r.stores), len(f.r.pods), len(f.r.referrers))
+	}
+}
