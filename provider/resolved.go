@@ -17,7 +17,10 @@ type ResolvedPod struct {
 	// container name, exactly as the kubelet would give it to the process: env and
 	// envFrom resolved (configMapKeyRef, secretKeyRef, fieldRef, resourceFieldRef),
 	// $(VAR) references expanded, service-link variables added. Every entry has a
-	// Value and no ValueFrom. Order is the kubelet's.
+	// Value and no ValueFrom. Order is deterministic: variables in the order they
+	// were first set (envFrom keys sorted within each source, then env as
+	// declared), then service variables by service name; a name set twice keeps the
+	// later value, as in the kubelet.
 	Env map[string][]corev1.EnvVar
 
 	// Volumes holds the files of every configMap, secret, downwardAPI and projected
