@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -122,6 +123,10 @@ func NewController(cfg Config) (*Controller, error) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 		}))
 	podInformer := factory.Core().V1().Pods()
+	// Managed fields are never read; a node with thousands of pods keeps less.
+	if err := podInformer.Informer().SetTransform(cacheutil.StripManagedFields); err != nil {
+		return nil, fmt.Errorf("pod controller: %w", err)
+	}
 
 	c := &Controller{
 		client:       cfg.Client,

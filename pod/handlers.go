@@ -211,7 +211,7 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 			uid = apiPod.UID // a provider that keeps no UIDs runs the pod the API has
 		}
 		c.state.update(key, func(s *podState) {
-			s.providerUID, s.lastPod, s.applied = uid, pp.DeepCopy(), updatableOf(pp)
+			s.providerUID, s.lastPod, s.applied = uid, pp, updatableOf(pp)
 			// Its volume files are unknown: the first sync resolves them, which
 			// also starts watching what they come from.
 			s.volumesStale = true

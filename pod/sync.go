@@ -20,7 +20,6 @@ import (
 const (
 	ReasonProviderFailed = "ProviderFailed"  // a provider call failed; the message says which and why
 	ReasonProviderLost   = "ProviderLost"    // the provider lost a pod whose restart policy forbids starting it again
-	ReasonCreated        = "ProviderCreated" // the provider accepted the pod
 	ReasonUpdated        = "ProviderUpdated" // the provider accepted a change of an updatable field
 	ReasonKilling        = "Killing"         // the provider was asked to stop the pod (the kubelet's reason)
 	ReasonFailed         = "Failed"          // the pod's spec cannot be resolved (the kubelet's reason)
@@ -109,7 +108,8 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		return err
 	}
 	c.state.update(key, func(s *podState) {
-		s.providerUID, s.applied, s.lastPod = p.UID, updatableOf(p), p.DeepCopy()
+		// p is the informer's object, never mutated: keeping the pointer costs nothing.
+		s.providerUID, s.applied, s.lastPod = p.UID, updatableOf(p), p
 		s.deleteRequested, s.notified = "", nil
 		s.env, s.volumes, s.volumesStale = nil, nil, false
 		if rp != nil {
@@ -117,7 +117,8 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		}
 	})
 	c.log.Debug("pod created in provider", "pod", key)
-	c.recorder.Event(p, corev1.EventTypeNormal, ReasonCreated, "Pod handed to the provider")
+	// No Event for a successful start: the status write that follows says it, and an
+	// Event per pod would double the API writes of every pod start (vkubelet bench).
 	if c.notifier == nil {
 		c.statusQueue.Add(key) // read the first status now, not at the next poll
 	}
@@ -149,7 +150,7 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 		return err
 	}
 	c.state.update(key, func(s *podState) {
-		s.applied, s.lastPod = want, p.DeepCopy()
+		s.applied, s.lastPod = want, p
 		if rp != nil {
 			s.env, s.volumes, s.volumesStale = rp.Env, rp.Volumes, false
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -342,12 +343,7 @@ func (r *Resolver) refStoreLocked(k storeKey) {
 		inf = coreinformers.NewServiceInformer(r.client, k.namespace, 0, cache.Indexers{})
 	}
 	// Managed fields are never read: do not keep them.
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	_ = inf.SetTransform(cacheutil.StripManagedFields)
 	if k.kind != kindService { // service links are read once, at start
 		changed := func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
