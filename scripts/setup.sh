@@ -9,6 +9,13 @@ command -v go >/dev/null || { echo "setup: Go is required (https://go.dev/doc/in
 command -v git >/dev/null || need_apt+=(git)
 command -v make >/dev/null || need_apt+=(make)
 command -v gcc >/dev/null || need_apt+=(gcc)   # the race detector needs cgo
+# The CRI provider (providers/cri) and its tests run real containers: containerd with
+# runc, a busybox-static rootfs for the test images, CNI plugins for pod networks.
+command -v containerd >/dev/null || need_apt+=(containerd)
+command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need_apt+=(runc)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need_apt+=(busybox-static)
+[ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
@@ -25,6 +26,17 @@ type InitConfig struct {
 type Constructor func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error)
 
 var registry = map[string]Constructor{
+	"cri": func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
+		cc, err := cri.LoadConfig(cfg.ConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		opts := []cri.Option{cri.WithLogger(cfg.Logger)}
+		if cfg.InternalIP != "" {
+			opts = append(opts, cri.WithHostIP(cfg.InternalIP))
+		}
+		return cri.New(ctx, cc, cfg.NodeName, opts...)
+	},
 	"mock": func(_ context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
 		mc, err := mock.LoadConfig(cfg.ConfigPath)
 		if err != nil {

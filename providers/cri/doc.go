@@ -1,0 +1,39 @@
+// Package cri is a provider that runs pods as real containers on a container runtime
+// that speaks the CRI (containerd in our tests), over its gRPC socket. It is the
+// reference implementation of the provider contract: it implements every interface
+// of package provider, and knows nothing of the controllers.
+//
+// # Pods
+//
+// Each pod has one goroutine (see sync.go) that makes the runtime match the pod, level
+// based, every Config.SyncInterval or when woken: a sandbox (its own network
+// namespace from the runtime's CNI configuration, or the host's), then the init
+// containers one at a time in order, then the app containers; images pulled
+// according to the pull policy, with the pod's pull credentials; crashed containers
+// restarted according to restartPolicy after a back-off (Config.BackoffBase doubling
+// to Config.BackoffMax); liveness, readiness and startup probes; and the pod's
+// status computed from what the runtime reports (status.go) and pushed to the
+// NotifyPods callback when it changes.
+//
+// Volumes live under Config.RootDir/pods/<uid>/volumes: emptyDirs, and the files of
+// configMap, secret, downwardAPI and projected volumes from the resolved pod, written
+// the kubelet's way (a ..data symlink swapped atomically) so UpdatePodVolumes changes
+// them under running containers. hostPath volumes are bind-mounted as they are.
+//
+// DeletePod returns at once; the pod's goroutine stops the containers with the grace
+// period, then stops and removes the sandbox and the pod's files, and the pod is gone
+// (GetPod answers NotFound).
+//
+// # Restarts
+//
+// Sandboxes carry labels naming the node and the pod; the pod as accepted is kept in
+// pods/<uid>/pod.json. New lists the sandboxes of its node and takes their pods over,
+// so a restarted process finds its pods, duplicates nothing (CreatePod of a known UID
+// is a no-op) and leaves nothing orphaned (a sandbox without pod.json is removed).
+//
+// # Streams, logs and stats
+//
+// Exec, attach and port-forward ask the runtime for a streaming URL and connect to it
+// with client-go's SPDY clients. Logs are read from the CRI log files. Stats come
+// from ListContainerStats, the node's from /proc.
+package cri

@@ -1,0 +1,294 @@
+// Package e2e runs the CRI provider behind a whole virtual node (internal/agent) on a
+// real control plane and a private containerd: what a kubectl user sees.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/agent"
+	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/providers/cri/internal/crienv"
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, controlplane.Config{ControllerManager: true})
+}
+
+// startNode starts a private containerd and a virtual node with the CRI provider on
+// it, until the test ends.
+func startNode(t *testing.T, name string) *crienv.Env {
+	t.Helper()
+	cp := testenv.ControlPlane(t)
+	env, err := crienv.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	b, err := json.Marshal(cri.Config{
+		RuntimeEndpoint: env.Socket,
+		RootDir:         t.TempDir(),
+		BackoffBase:     cri.Duration{Duration: time.Second},
+		SyncInterval:    cri.Duration{Duration: 200 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "cri.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := agent.New(context.Background(), agent.Config{
+		NodeName: name, Provider: "cri", ProviderConfig: cfgPath, RESTConfig: cp.RESTConfig,
+		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 4,
+		ApproveServingCSR: true, CertDir: t.TempDir(),
+		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
+		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
+		KubeAPIQPS: 100, KubeAPIBurst: 200,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx, func() { close(ready) }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node %s: %v", name, err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("node %s stopped: %v", name, err)
+	case <-time.After(time.Minute):
+		t.Fatalf("node %s not ready", name)
+	}
+	return env
+}
+
+func busybox(name, node, image, script string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr.To(int64(2)),
+			Containers: []corev1.Container{{
+				Name: "main", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"/bin/sh", "-c", script},
+			}},
+		},
+	}
+}
+
+func waitPod(t *testing.T, c kubernetes.Interface, ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		b, _ := json.Marshal(p.Status)
+		return cond(p), fmt.Sprintf("%s: %s", what, b)
+	})
+	return pod
+}
+
+// A pod bound to the node runs as real containers and its status reaches the API;
+// its logs, exec and port-forward are served through the API server; deleting it stops it within its grace
+// period and removes the sandbox; a pod exiting 3 under Never ends Failed.
+func TestPodThroughTheAPI(t *testing.T) {
+	const node = "cri-e2e"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+
+	pod := busybox("web", node, env.Busybox, `echo hello-from-cri; httpd -p 8080 -h /var/www; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitPod(t, c, ns, "web", "Running and Ready", func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return p.Status.Phase == corev1.PodRunning
+			}
+		}
+		return false
+	})
+	if id := got.Status.ContainerStatuses[0].ContainerID; !strings.HasPrefix(id, "containerd://") {
+		t.Errorf("containerID = %q", id)
+	}
+
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		b, err := c.CoreV1().Pods(ns).GetLogs("web", &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil && string(b) == "hello-from-cri\n", fmt.Sprintf("logs %q, %v", b, err)
+	})
+
+	if out, err := execIn(t, c, ns, "web", "sh", "-c", "echo exec-$((6*7))"); err != nil || out != "exec-42\n" {
+		t.Errorf("exec through the API = %q, %v", out, err)
+	}
+
+	// kubectl port-forward to the httpd of the pod
+	tr, upgrader, err := spdy.RoundTripperFor(testenv.ControlPlane(t).RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pfURL := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name("web").SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, pfURL)
+	stop, readyCh := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, readyCh, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwDone := make(chan error, 1)
+	go func() { fwDone <- fw.ForwardPorts() }()
+	<-readyCh
+	ports, err := fw.GetPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/index.html", ports[0].Local))
+	if err != nil {
+		t.Errorf("GET through port-forward: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "hello from busybox\n" {
+			t.Errorf("GET through port-forward = %d %q", resp.StatusCode, body)
+		}
+	}
+	close(stop)
+	<-fwDone
+
+	start := time.Now()
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+		return err != nil, fmt.Sprintf("pod still there: %v", err)
+	})
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("deletion took %s with a 2s grace period", took)
+	}
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sbs, err := runtimeapi.NewRuntimeServiceClient(conn).ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil || len(sbs.Items) != 0 {
+		t.Errorf("sandboxes after delete: %v, %v", sbs, err)
+	}
+
+	failing := busybox("exit3", node, env.Busybox, "exit 3")
+	failing.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, failing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got = waitPod(t, c, ns, "exit3", "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if term := got.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 3 {
+		t.Errorf("container state = %+v", got.Status.ContainerStatuses[0].State)
+	}
+}
+
+// execIn runs cmd in the pod's container "main" through the API server, as kubectl
+// exec does, and returns its stdout.
+func execIn(t *testing.T, c kubernetes.Interface, ns, pod string, cmd ...string) (string, error) {
+	t.Helper()
+	req := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: cmd, Stdout: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(testenv.ControlPlane(t).RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
+	return out.String(), err
+}
+
+// A ConfigMap volume's file appears in the container and changes when the ConfigMap
+// changes; env from a Secret is visible to the process; the memory limit is the
+// container's cgroup limit.
+func TestConfigMapSecretAndLimitsThroughTheAPI(t *testing.T) {
+	const node = "cri-e2e-config"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"token": "s3cret-token"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := busybox("configured", node, env.Busybox, `trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "settings", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}},
+	}}}
+	mc := &pod.Spec.Containers[0]
+	mc.VolumeMounts = []corev1.VolumeMount{{Name: "settings", MountPath: "/etc/settings"}}
+	mc.Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "token",
+	}}}}
+	mc.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi")}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, c, ns, "configured", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+
+	check := func(want string, cmd ...string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+			out, err := execIn(t, c, ns, "configured", cmd...)
+			return err == nil && out == want, fmt.Sprintf("%v = %q, %v; want %q", cmd, out, err, want)
+		})
+	}
+	check("s3cret-token\n", "sh", "-c", "echo $TOKEN")
+	check("hello", "cat", "/etc/settings/greeting")
+	check(fmt.Sprintf("%d\n", 48<<20), "sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["greeting"] = "changed"
+	if _, err := c.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check("changed", "cat", "/etc/settings/greeting")
+}

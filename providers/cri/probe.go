@@ -1,0 +1,223 @@
+package cri
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// probeStates are the probe results of one container instance.
+type probeStates struct {
+	containerID    string // the instance these results are about
+	started, ready bool
+	startup        probeState
+	liveness       probeState
+	readiness      probeState
+}
+
+type probeState struct {
+	lastRun             time.Time
+	successes, failures int32
+}
+
+// probeDefaults are the API server's defaults for fields left zero.
+func probeDefaults(pr *corev1.Probe) (period, timeout time.Duration, success, failure int32) {
+	period, timeout, success, failure = 10*time.Second, time.Second, 1, 3
+	if pr.PeriodSeconds > 0 {
+		period = time.Duration(pr.PeriodSeconds) * time.Second
+	}
+	if pr.TimeoutSeconds > 0 {
+		timeout = time.Duration(pr.TimeoutSeconds) * time.Second
+	}
+	if pr.SuccessThreshold > 0 {
+		success = pr.SuccessThreshold
+	}
+	if pr.FailureThreshold > 0 {
+		failure = pr.FailureThreshold
+	}
+	return
+}
+
+// runProbes runs the probes that are due on the pod's running containers and acts on
+// their results: readiness, startup and, for failed liveness or startup probes, a
+// restart of the container.
+func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+	cs := append([]corev1.Container{}, pod.Spec.Containers...)
+	for _, c := range pod.Spec.InitContainers {
+		if isSidecar(&c) {
+			cs = append(cs, c)
+		}
+	}
+	for i := range cs {
+		c := &cs[i]
+		st := rec.ctr(c.Name)
+		if st.cur == nil || st.cur.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			st.probes.ready = false
+			continue
+		}
+		if st.probes.containerID != st.cur.Id {
+			st.probes = probeStates{containerID: st.cur.Id, started: c.StartupProbe == nil}
+		}
+		startedAt := time.Unix(0, st.cur.StartedAt)
+		if !st.probes.started {
+			ok, done := p.probeOnce(ctx, rec, pod, c, st, c.StartupProbe, &st.probes.startup, startedAt)
+			if done && ok {
+				st.probes.started = true
+			} else if done {
+				p.killForProbe(ctx, rec, pod, c, st, "startup")
+				continue
+			}
+		}
+		if !st.probes.started {
+			st.probes.ready = false
+			continue
+		}
+		if c.LivenessProbe != nil {
+			if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.LivenessProbe, &st.probes.liveness, startedAt); done && !ok {
+				p.killForProbe(ctx, rec, pod, c, st, "liveness")
+				continue
+			}
+		}
+		if c.ReadinessProbe == nil {
+			st.probes.ready = true
+		} else if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.ReadinessProbe, &st.probes.readiness, startedAt); done {
+			st.probes.ready = ok
+		}
+	}
+}
+
+// probeOnce runs pr if it is due and reports whether its result crossed a threshold
+// (done) and which way (ok).
+func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, pr *corev1.Probe, ps *probeState, startedAt time.Time) (ok, done bool) {
+	period, timeout, success, failure := probeDefaults(pr)
+	now := time.Now()
+	if now.Before(startedAt.Add(time.Duration(pr.InitialDelaySeconds)*time.Second)) || now.Before(ps.lastRun.Add(period)) {
+		return false, false
+	}
+	ps.lastRun = now
+	if err := p.probe(ctx, rec, pod, c, st.cur.Id, pr, timeout); err != nil {
+		ps.successes = 0
+		ps.failures++
+		p.log.Debug("probe failed", "pod", rec.key, "container", c.Name, "err", err)
+		if ps.failures >= failure {
+			ps.failures = 0
+			return false, true
+		}
+		return false, false
+	}
+	ps.failures = 0
+	ps.successes++
+	if ps.successes >= success {
+		ps.successes = success
+		return true, true
+	}
+	return false, false
+}
+
+// killForProbe stops a container whose liveness or startup probe failed; the pod's
+// restartPolicy then decides whether it restarts.
+func (p *Provider) killForProbe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, which string) {
+	p.log.Info("container failed its probe, restarting it", "pod", rec.key, "container", c.Name, "probe", which)
+	p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
+	st.probes.ready = false
+}
+
+// probe runs one check of pr against the container.
+func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, id string, pr *corev1.Probe, timeout time.Duration) error {
+	switch {
+	case pr.Exec != nil:
+		pctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+		defer cancel()
+		resp, err := p.runtime.ExecSync(pctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: pr.Exec.Command, Timeout: int64(timeout / time.Second)})
+		if err != nil {
+			return err
+		}
+		if resp.ExitCode != 0 {
+			return fmt.Errorf("exit code %d: %s", resp.ExitCode, resp.Stderr)
+		}
+		return nil
+	case pr.HTTPGet != nil:
+		h := pr.HTTPGet
+		port, err := resolvePort(h.Port, c)
+		if err != nil {
+			return err
+		}
+		host := h.Host
+		if host == "" {
+			host = p.probeHost(rec, pod)
+		}
+		scheme := "http"
+		if h.Scheme == corev1.URISchemeHTTPS {
+			scheme = "https"
+		}
+		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: h.Path}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(pctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("User-Agent", "kube-probe/vkubelet")
+		for _, hd := range h.HTTPHeaders {
+			req.Header.Add(hd.Name, hd.Value)
+		}
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+		}
+		return nil
+	case pr.TCPSocket != nil:
+		port, err := resolvePort(pr.TCPSocket.Port, c)
+		if err != nil {
+			return err
+		}
+		host := pr.TCPSocket.Host
+		if host == "" {
+			host = p.probeHost(rec, pod)
+		}
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), timeout)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+	return fmt.Errorf("probe type not supported (exec, httpGet and tcpSocket are)")
+}
+
+// probeHost is where network probes connect: the pod's IP, or the loopback address
+// for a pod in the host's network namespace.
+func (p *Provider) probeHost(rec *podRecord, pod *corev1.Pod) string {
+	if p.hostNetwork(pod) || rec.podIP == "" {
+		return "127.0.0.1"
+	}
+	return rec.podIP
+}
+
+func resolvePort(port intstr.IntOrString, c *corev1.Container) (int, error) {
+	if port.Type == intstr.Int {
+		return port.IntValue(), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == port.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	if n, err := strconv.Atoi(port.StrVal); err == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("port %q not found in container %s", port.StrVal, c.Name)
+}

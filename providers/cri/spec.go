@@ -1,0 +1,329 @@
+package cri
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The kubelet's CPU conversions (pkg/kubelet/cm): shares from requests, a CFS quota
+// over a 100ms period from limits.
+const (
+	minShares     = 2
+	sharesPerCPU  = 1024
+	quotaPeriod   = 100000 // µs
+	minQuotaUsecs = 1000
+)
+
+// annotationImage on a container is the image of the spec it was created from, so
+// that a change of image by UpdatePod is noticed.
+const annotationImage = "vkubelet.io/image"
+
+// hostNetwork reports whether the pod runs in the host's network namespace.
+func (p *Provider) hostNetwork(pod *corev1.Pod) bool {
+	return pod.Spec.HostNetwork || p.cfg.Network == NetworkHost
+}
+
+func (p *Provider) podLogDir(pod *corev1.Pod) string {
+	return filepath.Join(p.logsDir(), fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+}
+
+// cgroupParent is the pod's cgroup, under which the runtime puts its containers.
+func cgroupParent(pod *corev1.Pod) string {
+	return "/vkubelet/pod" + string(pod.UID)
+}
+
+// removePodCgroups removes the pod's cgroup directories, which the runtime leaves
+// behind, in every hierarchy: deepest first, since a cgroup with children cannot be
+// removed. The containers have stopped, so the cgroups are empty.
+func (p *Provider) removePodCgroups(pod *corev1.Pod) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		dir := filepath.Join(root, cgroupParent(pod))
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				p.log.Debug("removing pod cgroup", "cgroup", dirs[i], "err", err)
+			}
+		}
+	}
+}
+
+func (p *Provider) namespaceOptions(pod *corev1.Pod) *runtimeapi.NamespaceOption {
+	ns := &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD}
+	if p.hostNetwork(pod) {
+		ns.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if pod.Spec.HostPID {
+		ns.Pid = runtimeapi.NamespaceMode_NODE
+	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
+		ns.Pid = runtimeapi.NamespaceMode_POD
+	}
+	if pod.Spec.HostIPC {
+		ns.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	return ns
+}
+
+func podLabels(nodeName string, pod *corev1.Pod) map[string]string {
+	labels := map[string]string{}
+	for k, v := range pod.Labels {
+		labels[k] = v
+	}
+	labels[labelNode] = nodeName
+	labels[labelPodName] = pod.Name
+	labels[labelPodNamespace] = pod.Namespace
+	labels[labelPodUID] = string(pod.UID)
+	return labels
+}
+
+func privileged(c *corev1.Container) bool {
+	return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+}
+
+// sandboxConfig is the CRI sandbox of the pod. It is a function of the pod only, so
+// that CreateContainer gets the same one as RunPodSandbox.
+func (p *Provider) sandboxConfig(pod *corev1.Pod) *runtimeapi.PodSandboxConfig {
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID)},
+		LogDirectory: p.podLogDir(pod),
+		Labels:       podLabels(p.nodeName, pod),
+		Annotations:  map[string]string{},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: cgroupParent(pod),
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: p.namespaceOptions(pod),
+			},
+		},
+	}
+	for k, v := range pod.Annotations {
+		cfg.Annotations[k] = v
+	}
+	// runc cannot set the hostname of a container that shares the host's UTS
+	// namespace, which host-network sandboxes do.
+	if !p.hostNetwork(pod) {
+		cfg.Hostname = pod.Name
+		if pod.Spec.Hostname != "" {
+			cfg.Hostname = pod.Spec.Hostname
+		}
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		cfg.Linux.SecurityContext.RunAsUser = int64Value(sc.RunAsUser)
+		cfg.Linux.SecurityContext.RunAsGroup = int64Value(sc.RunAsGroup)
+		cfg.Linux.SecurityContext.SupplementalGroups = sc.SupplementalGroups
+	}
+	for _, c := range allContainers(pod) {
+		if privileged(&c) {
+			cfg.Linux.SecurityContext.Privileged = true
+		}
+		for _, port := range c.Ports {
+			if port.HostPort == 0 {
+				continue
+			}
+			proto := runtimeapi.Protocol_TCP
+			switch port.Protocol {
+			case corev1.ProtocolUDP:
+				proto = runtimeapi.Protocol_UDP
+			case corev1.ProtocolSCTP:
+				proto = runtimeapi.Protocol_SCTP
+			}
+			cfg.PortMappings = append(cfg.PortMappings, &runtimeapi.PortMapping{
+				Protocol: proto, ContainerPort: port.ContainerPort, HostPort: port.HostPort, HostIp: port.HostIP,
+			})
+		}
+	}
+	return cfg
+}
+
+func int64Value(v *int64) *runtimeapi.Int64Value {
+	if v == nil {
+		return nil
+	}
+	return &runtimeapi.Int64Value{Value: *v}
+}
+
+// containerConfig is the CRI container of c, the attempt-th instance.
+func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar, attempt uint32) (*runtimeapi.ContainerConfig, error) {
+	mounts, err := p.mounts(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: attempt},
+		Image:      &runtimeapi.ImageSpec{Image: c.Image},
+		Command:    expand(c.Command, env),
+		Args:       expand(c.Args, env),
+		WorkingDir: c.WorkingDir,
+		Mounts:     mounts,
+		LogPath:    filepath.Join(c.Name, strconv.Itoa(int(attempt))+".log"),
+		Stdin:      c.Stdin,
+		StdinOnce:  c.StdinOnce,
+		Tty:        c.TTY,
+		Labels: map[string]string{
+			labelNode:          p.nodeName,
+			labelPodName:       pod.Name,
+			labelPodNamespace:  pod.Namespace,
+			labelPodUID:        string(pod.UID),
+			labelContainerName: c.Name,
+		},
+		Annotations: map[string]string{
+			"io.kubernetes.container.restartCount": strconv.Itoa(int(attempt)),
+			annotationImage:                        c.Image,
+		},
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources:       resources(c),
+			SecurityContext: p.securityContext(pod, c),
+		},
+	}
+	for _, e := range env {
+		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+	}
+	return cfg, nil
+}
+
+// resources converts the container's requests and limits as the kubelet does.
+func resources(c *corev1.Container) *runtimeapi.LinuxContainerResources {
+	r := &runtimeapi.LinuxContainerResources{CpuShares: minShares}
+	cpuReq, hasReq := c.Resources.Requests[corev1.ResourceCPU]
+	cpuLim, hasLim := c.Resources.Limits[corev1.ResourceCPU]
+	if !hasReq && hasLim {
+		cpuReq, hasReq = cpuLim, true
+	}
+	if hasReq {
+		r.CpuShares = max(cpuReq.MilliValue()*sharesPerCPU/1000, minShares)
+	}
+	if hasLim {
+		r.CpuPeriod = quotaPeriod
+		r.CpuQuota = max(cpuLim.MilliValue()*quotaPeriod/1000, minQuotaUsecs)
+	}
+	if mem, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		r.MemoryLimitInBytes = mem.Value()
+	}
+	return r
+}
+
+func (p *Provider) securityContext(pod *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContainerSecurityContext {
+	sc := &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: p.namespaceOptions(pod)}
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		sc.RunAsUser = int64Value(psc.RunAsUser)
+		sc.RunAsGroup = int64Value(psc.RunAsGroup)
+		sc.SupplementalGroups = psc.SupplementalGroups
+	}
+	csc := c.SecurityContext
+	if csc == nil {
+		return sc
+	}
+	if csc.RunAsUser != nil {
+		sc.RunAsUser = int64Value(csc.RunAsUser)
+	}
+	if csc.RunAsGroup != nil {
+		sc.RunAsGroup = int64Value(csc.RunAsGroup)
+	}
+	sc.Privileged = privileged(c)
+	sc.ReadonlyRootfs = csc.ReadOnlyRootFilesystem != nil && *csc.ReadOnlyRootFilesystem
+	if csc.AllowPrivilegeEscalation != nil {
+		sc.NoNewPrivs = !*csc.AllowPrivilegeEscalation
+	}
+	if caps := csc.Capabilities; caps != nil {
+		sc.Capabilities = &runtimeapi.Capability{}
+		for _, c := range caps.Add {
+			sc.Capabilities.AddCapabilities = append(sc.Capabilities.AddCapabilities, string(c))
+		}
+		for _, c := range caps.Drop {
+			sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, string(c))
+		}
+	}
+	return sc
+}
+
+// mounts are the bind mounts of c's volumeMounts.
+func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.Mount, error) {
+	var out []*runtimeapi.Mount
+	for _, vm := range c.VolumeMounts {
+		var vol *corev1.Volume
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == vm.Name {
+				vol = &pod.Spec.Volumes[i]
+			}
+		}
+		if vol == nil {
+			return nil, fmt.Errorf("container %s: volumeMount %q names no volume of the pod", c.Name, vm.Name)
+		}
+		host, readOnly, err := p.volumeHostPath(pod, vol)
+		if err != nil {
+			return nil, err
+		}
+		if vm.SubPath != "" {
+			if filepath.IsAbs(vm.SubPath) || strings.Contains(filepath.ToSlash(filepath.Clean(vm.SubPath)), "..") {
+				return nil, fmt.Errorf("container %s: volumeMount %q: bad subPath %q", c.Name, vm.Name, vm.SubPath)
+			}
+			host = filepath.Join(host, vm.SubPath)
+			if vol.EmptyDir != nil || vol.HostPath != nil {
+				if _, err := os.Stat(host); os.IsNotExist(err) {
+					if err := os.MkdirAll(host, 0o755); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		out = append(out, &runtimeapi.Mount{
+			ContainerPath: vm.MountPath,
+			HostPath:      host,
+			Readonly:      vm.ReadOnly || readOnly,
+		})
+	}
+	return out, nil
+}
+
+// expand replaces $(VAR) in each string with the variable's value from env, as the
+// kubelet does for command and args; $$ is a literal $, unknown references stay.
+func expand(in []string, env []corev1.EnvVar) []string {
+	if in == nil {
+		return nil
+	}
+	vars := map[string]string{}
+	for _, e := range env {
+		vars[e.Name] = e.Value
+	}
+	out := make([]string, len(in))
+	for i, s := range in {
+		var b strings.Builder
+		for j := 0; j < len(s); j++ {
+			if s[j] == '$' && j+1 < len(s) {
+				switch s[j+1] {
+				case '$':
+					b.WriteByte('$')
+					j++
+					continue
+				case '(':
+					if end := strings.IndexByte(s[j+2:], ')'); end >= 0 {
+						name := s[j+2 : j+2+end]
+						if v, ok := vars[name]; ok {
+							b.WriteString(v)
+						} else {
+							b.WriteString(s[j : j+3+end])
+						}
+						j += 2 + end
+						continue
+					}
+				}
+			}
+			b.WriteByte(s[j])
+		}
+		out[i] = b.String()
+	}
+	return out
+}

@@ -1,0 +1,213 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	"k8s.io/client-go/util/exec"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// runningContainerID returns the runtime ID of the current instance of the named
+// container of the pod, or a NotFound error.
+func (p *Provider) runningContainerID(namespace, name, container string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rec, ok := p.pods[podKey(namespace, name)]
+	if !ok {
+		return "", notFound(namespace, name)
+	}
+	ids, ok := rec.ctrIDs[container]
+	if !ok || ids[0] == "" {
+		for _, c := range allContainers(rec.pod) {
+			if c.Name == container {
+				return "", errdefs.InvalidInput("cri: container %s/%s/%s has not started", namespace, name, container)
+			}
+		}
+		return "", errdefs.NotFound("cri: container %s/%s/%s not found", namespace, name, container)
+	}
+	return ids[0], nil
+}
+
+// RunInContainer runs cmd in the container through the runtime's streaming server.
+func (p *Provider) RunInContainer(ctx context.Context, namespace, name, container string, cmd []string, attach provider.AttachIO) error {
+	id, err := p.runningContainerID(namespace, name, container)
+	if err != nil {
+		return err
+	}
+	resp, err := p.runtime.Exec(ctx, &runtimeapi.ExecRequest{
+		ContainerId: id, Cmd: cmd, Tty: attach.TTY(),
+		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil && !attach.TTY(),
+	})
+	if err != nil {
+		return errContext(podKey(namespace, name), fmt.Errorf("exec in %s: %w", container, err))
+	}
+	return errContext(podKey(namespace, name), stream(ctx, resp.Url, attach))
+}
+
+// AttachToContainer attaches to the container's main process.
+func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, container string, attach provider.AttachIO) error {
+	id, err := p.runningContainerID(namespace, name, container)
+	if err != nil {
+		return err
+	}
+	resp, err := p.runtime.Attach(ctx, &runtimeapi.AttachRequest{
+		ContainerId: id, Tty: attach.TTY(),
+		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil && !attach.TTY(),
+	})
+	if err != nil {
+		return errContext(podKey(namespace, name), fmt.Errorf("attach to %s: %w", container, err))
+	}
+	return errContext(podKey(namespace, name), stream(ctx, resp.Url, attach))
+}
+
+// stream connects attach to a remotecommand streaming URL of the runtime.
+func stream(ctx context.Context, rawURL string, attach provider.AttachIO) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	executor, err := remotecommand.NewSPDYExecutor(&rest.Config{}, http.MethodPost, u)
+	if err != nil {
+		return err
+	}
+	opts := remotecommand.StreamOptions{Tty: attach.TTY()}
+	if in := attach.Stdin(); in != nil {
+		opts.Stdin = in
+	}
+	if out := attach.Stdout(); out != nil {
+		opts.Stdout = out
+	}
+	if errw := attach.Stderr(); errw != nil && !attach.TTY() {
+		opts.Stderr = errw
+	}
+	if attach.TTY() && attach.Resize() != nil {
+		opts.TerminalSizeQueue = sizeQueue{ctx: ctx, ch: attach.Resize()}
+	}
+	err = executor.StreamWithContext(ctx, opts)
+	var exitErr exec.CodeExitError
+	if errors.As(err, &exitErr) {
+		return &provider.ExecError{ExitCode: exitErr.Code}
+	}
+	return err
+}
+
+type sizeQueue struct {
+	ctx context.Context
+	ch  <-chan provider.TermSize
+}
+
+func (q sizeQueue) Next() *remotecommand.TerminalSize {
+	select {
+	case s, ok := <-q.ch:
+		if !ok {
+			return nil
+		}
+		return &remotecommand.TerminalSize{Width: s.Width, Height: s.Height}
+	case <-q.ctx.Done():
+		return nil
+	}
+}
+
+// PortForward copies bytes between stream and port inside the pod's network
+// namespace, through the runtime's port-forward streaming endpoint.
+func (p *Provider) PortForward(ctx context.Context, namespace, name string, port int32, s io.ReadWriteCloser) error {
+	key := podKey(namespace, name)
+	p.mu.Lock()
+	rec, ok := p.pods[key]
+	var sandbox string
+	if ok {
+		sandbox = rec.sandboxID
+	}
+	p.mu.Unlock()
+	if !ok {
+		return notFound(namespace, name)
+	}
+	if sandbox == "" {
+		return errdefs.InvalidInput("cri: pod %s has no sandbox yet", key)
+	}
+	resp, err := p.runtime.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: sandbox, Port: []int32{port}})
+	if err != nil {
+		return errContext(key, fmt.Errorf("port-forward: %w", err))
+	}
+	u, err := url.Parse(resp.Url)
+	if err != nil {
+		return errContext(key, err)
+	}
+	tr, upgrader, err := spdy.RoundTripperFor(&rest.Config{})
+	if err != nil {
+		return errContext(key, err)
+	}
+	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name)
+	if err != nil {
+		return errContext(key, fmt.Errorf("port-forward: %w", err))
+	}
+	defer conn.Close()
+
+	headers := http.Header{}
+	headers.Set(corev1.StreamType, corev1.StreamTypeError)
+	headers.Set(corev1.PortHeader, strconv.Itoa(int(port)))
+	headers.Set(corev1.PortForwardRequestIDHeader, "0")
+	errStream, err := conn.CreateStream(headers)
+	if err != nil {
+		return errContext(key, err)
+	}
+	_ = errStream.Close() // we never write to it
+	headers.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := conn.CreateStream(headers)
+	if err != nil {
+		return errContext(key, err)
+	}
+
+	errCh := make(chan error, 1)
+	go func() {
+		msg, err := io.ReadAll(errStream)
+		switch {
+		case err != nil:
+			errCh <- err
+		case len(msg) > 0:
+			errCh <- fmt.Errorf("port-forward to port %d: %s", port, msg)
+		default:
+			errCh <- nil
+		}
+	}()
+	var once sync.Once
+	done := make(chan struct{})
+	finish := func() { once.Do(func() { close(done) }) }
+	go func() {
+		_, _ = io.Copy(data, s)
+		_ = data.Close() // half-close: the pod sees EOF
+	}()
+	go func() {
+		_, _ = io.Copy(s, data)
+		finish()
+	}()
+	defer func() { _ = data.Reset() }()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case err := <-errCh:
+			if err != nil {
+				return errContext(key, err)
+			}
+			errCh = nil
+		}
+	}
+}

@@ -1,0 +1,574 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// podRecord is what the provider knows of one pod. The fields marked "mu" are
+// guarded by Provider.mu; the others belong to the pod's goroutine alone.
+type podRecord struct {
+	key  string
+	uid  types.UID
+	wake chan struct{} // a token wakes the goroutine before its next tick
+
+	// mu
+	pod          *corev1.Pod // as last accepted; replaced, never modified
+	env          map[string][]corev1.EnvVar
+	creds        []provider.RegistryCredential
+	volumes      map[string]*provider.VolumeContents
+	volumesDirty bool // volumes changed by UpdateResolvedPod: write them
+	status       *corev1.PodStatus
+	deleting     bool
+	deleteBy     time.Time // deadline of the graceful stop
+	sandboxID    string
+	ctrIDs       map[string][2]string // container name → {current, previous} runtime IDs
+
+	// goroutine only
+	accepted       time.Time // CreatePod (or the sandbox's creation, after a restart)
+	sandboxReady   bool
+	sandboxSeen    bool // a sandbox of the pod has been ready
+	sandboxStopped bool
+	sandboxErr     string
+	sandboxRetry   time.Time
+	sandboxBackoff time.Duration
+	podIP          string
+	initDone       bool
+	terminal       bool
+	killed         bool // stopped by DeletePod
+	// deadlineExceeded: stopped for running longer than activeDeadlineSeconds.
+	deadlineExceeded bool
+	ctrs             map[string]*ctrState
+	volumesWritten   bool
+}
+
+// ctrState is what the pod's goroutine knows of one container of the pod.
+type ctrState struct {
+	cur, prev *runtimeapi.ContainerStatus // latest and previous instances; nil if none
+
+	// Why the container is waiting, when it is (image pull, back-off, create errors).
+	waitReason, waitMessage string
+	// Back-off of restarts (after a crash) and retries (after a failed pull or create):
+	// the next try is not before retryAt; backoffFor is the container instance, or
+	// the failure, the current delay was computed for.
+	backoff    time.Duration
+	retryAt    time.Time
+	backoffFor string
+
+	probes probeStates
+}
+
+func newPodRecord(rp *provider.ResolvedPod, accepted time.Time) *podRecord {
+	rec := &podRecord{
+		key:      podKey(rp.Pod.Namespace, rp.Pod.Name),
+		uid:      rp.Pod.UID,
+		wake:     make(chan struct{}, 1),
+		pod:      rp.Pod,
+		env:      rp.Env,
+		creds:    rp.PullCredentials,
+		volumes:  rp.Volumes,
+		accepted: accepted,
+		ctrs:     map[string]*ctrState{},
+		ctrIDs:   map[string][2]string{},
+	}
+	rec.status = pendingStatus(rp.Pod, accepted)
+	return rec
+}
+
+func (r *podRecord) wakeUp() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// podLocked returns a copy of the pod with its current status. Provider.mu is held.
+func (r *podRecord) podLocked() *corev1.Pod {
+	pod := r.pod.DeepCopy()
+	pod.Status = *r.status.DeepCopy()
+	return pod
+}
+
+func (r *podRecord) ctr(name string) *ctrState {
+	cs := r.ctrs[name]
+	if cs == nil {
+		cs = &ctrState{}
+		r.ctrs[name] = cs
+	}
+	return cs
+}
+
+func (p *Provider) startWorker(rec *podRecord) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.runPod(rec)
+	}()
+}
+
+// runPod is the pod's goroutine: it syncs the pod every SyncInterval, or sooner when
+// woken, until the pod is deleted or the provider closed.
+func (p *Provider) runPod(rec *podRecord) {
+	ticker := time.NewTicker(p.cfg.SyncInterval.Duration)
+	defer ticker.Stop()
+	for {
+		if done := p.syncPod(p.ctx, rec); done {
+			return
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-rec.wake:
+		case <-ticker.C:
+		}
+	}
+}
+
+// syncPod makes the runtime match the pod once and publishes its status. It returns
+// true when the pod is gone.
+func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
+	p.mu.Lock()
+	pod, env, creds, vols := rec.pod, rec.env, rec.creds, rec.volumes
+	dirty, deleting, deleteBy := rec.volumesDirty, rec.deleting, rec.deleteBy
+	rec.volumesDirty = false
+	p.mu.Unlock()
+	if deleting {
+		return p.killPod(ctx, rec, deleteBy)
+	}
+	if dirty || !rec.volumesWritten {
+		if err := p.writeVolumes(pod, vols); err != nil {
+			p.log.Error("writing volumes", "pod", rec.key, "err", err)
+		} else {
+			rec.volumesWritten = true
+		}
+	}
+	if rec.sandboxID == "" {
+		if !p.runSandbox(ctx, rec, pod) {
+			p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
+			return false
+		}
+	}
+	if err := p.refresh(ctx, rec, pod); err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("reading pod state from the runtime", "pod", rec.key, "err", err)
+		}
+		return false
+	}
+	if !rec.terminal && !rec.sandboxReady {
+		// The sandbox died under the pod (its processes were killed, the machine
+		// restarted): make a new one, as the kubelet does.
+		p.log.Warn("sandbox not ready, re-creating it", "pod", rec.key, "sandbox", rec.sandboxID)
+		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		p.removeSandbox(sctx, rec.sandboxID)
+		cancel()
+		p.mu.Lock()
+		rec.sandboxID = ""
+		p.mu.Unlock()
+		rec.wakeUp()
+		return false
+	}
+	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && !rec.terminal && time.Since(rec.accepted) > time.Duration(*d)*time.Second {
+		p.log.Info("pod passed its active deadline, stopping it", "pod", rec.key)
+		for name, st := range rec.ctrs {
+			if st.cur != nil && st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				p.stopContainer(ctx, rec, pod, name, st.cur.Id)
+			}
+		}
+		rec.terminal, rec.deadlineExceeded = true, true
+		if err := p.refresh(ctx, rec, pod); err != nil {
+			return false
+		}
+	}
+	if !rec.terminal {
+		if p.startContainers(ctx, rec, pod, env, creds) {
+			if err := p.refresh(ctx, rec, pod); err != nil {
+				return false
+			}
+		}
+		p.runProbes(ctx, rec, pod)
+	}
+	status := computeStatus(rec, pod, p.hostIPNow())
+	if isTerminal(status.Phase) && !rec.terminal {
+		rec.terminal = true
+		p.log.Info("pod finished", "pod", rec.key, "phase", status.Phase)
+	}
+	if rec.terminal && !rec.sandboxStopped {
+		// Like the kubelet, free the sandbox of a finished pod; it is removed on delete.
+		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		if _, err := p.runtime.StopPodSandbox(sctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err == nil {
+			rec.sandboxStopped = true
+		}
+		cancel()
+	}
+	p.publish(rec, status)
+	return false
+}
+
+func isTerminal(phase corev1.PodPhase) bool {
+	return phase == corev1.PodSucceeded || phase == corev1.PodFailed
+}
+
+func (p *Provider) hostIPNow() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hostIP
+}
+
+// publish stores the pod's new status and, if it changed, hands the pod to the
+// NotifyPods callback (outside the lock).
+func (p *Provider) publish(rec *podRecord, status *corev1.PodStatus) {
+	p.mu.Lock()
+	keepTransitionTimes(rec.status, status)
+	changed := !equality.Semantic.DeepEqual(rec.status, status)
+	rec.status = status
+	notify := p.notify
+	var pod *corev1.Pod
+	if changed && notify != nil {
+		pod = rec.podLocked()
+	}
+	p.mu.Unlock()
+	if pod != nil {
+		notify(pod)
+	}
+}
+
+// runSandbox creates the pod's sandbox, with back-off on failure. It reports whether
+// the sandbox runs.
+func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.Pod) bool {
+	if time.Now().Before(rec.sandboxRetry) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	if err := os.MkdirAll(p.podLogDir(pod), 0o755); err != nil {
+		rec.sandboxErr = err.Error()
+		return false
+	}
+	resp, err := p.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: p.sandboxConfig(pod)})
+	if err != nil {
+		rec.sandboxErr = err.Error()
+		rec.sandboxBackoff = p.nextBackoff(rec.sandboxBackoff)
+		rec.sandboxRetry = time.Now().Add(rec.sandboxBackoff)
+		p.log.Warn("creating sandbox", "pod", rec.key, "err", err)
+		return false
+	}
+	rec.sandboxErr, rec.sandboxBackoff = "", 0
+	p.mu.Lock()
+	rec.sandboxID = resp.PodSandboxId
+	p.mu.Unlock()
+	p.log.Debug("sandbox created", "pod", rec.key, "sandbox", resp.PodSandboxId)
+	return true
+}
+
+// refresh reads the sandbox and the pod's containers from the runtime, and removes
+// the instances older than the previous one of each container.
+func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	sb, err := p.runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: rec.sandboxID})
+	if err != nil {
+		return err
+	}
+	rec.sandboxReady = sb.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY
+	if rec.sandboxReady {
+		// The pod keeps its IP in its status once its sandbox has stopped.
+		rec.sandboxSeen = true
+		rec.podIP = sb.GetStatus().GetNetwork().GetIp()
+	}
+	list, err := p.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{PodSandboxId: rec.sandboxID},
+	})
+	if err != nil {
+		return err
+	}
+	byName := map[string][]*runtimeapi.Container{}
+	for _, c := range list.Containers {
+		name := c.GetMetadata().GetName()
+		byName[name] = append(byName[name], c)
+	}
+	ids := map[string][2]string{}
+	for name, cs := range byName {
+		sort.Slice(cs, func(i, j int) bool {
+			if a, b := cs[i].GetMetadata().GetAttempt(), cs[j].GetMetadata().GetAttempt(); a != b {
+				return a > b
+			}
+			return cs[i].CreatedAt > cs[j].CreatedAt
+		})
+		st := rec.ctr(name)
+		if st.cur, err = p.containerStatus(ctx, cs[0].Id, st.cur); err != nil {
+			return err
+		}
+		pair := [2]string{cs[0].Id, ""}
+		st.prev = nil
+		if len(cs) > 1 {
+			if st.prev, err = p.containerStatus(ctx, cs[1].Id, st.prev); err != nil {
+				return err
+			}
+			pair[1] = cs[1].Id
+		}
+		ids[name] = pair
+		for _, old := range cs[min(len(cs), 2):] {
+			if _, err := p.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: old.Id}); err != nil {
+				p.log.Warn("removing old container", "pod", rec.key, "container", name, "id", old.Id, "err", err)
+			}
+		}
+	}
+	for name, st := range rec.ctrs {
+		if _, ok := byName[name]; !ok {
+			st.cur, st.prev = nil, nil
+		}
+	}
+	p.mu.Lock()
+	rec.ctrIDs = ids
+	p.mu.Unlock()
+	return nil
+}
+
+// containerStatus asks the runtime for a container's status, unless cached is the
+// same container already exited (its status cannot change any more).
+func (p *Provider) containerStatus(ctx context.Context, id string, cached *runtimeapi.ContainerStatus) (*runtimeapi.ContainerStatus, error) {
+	if cached != nil && cached.Id == id && cached.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return cached, nil
+	}
+	resp, err := p.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Status, nil
+}
+
+// startContainers starts what should run now: the first init container not done,
+// else every app container that never ran or may restart. It reports whether it
+// started anything.
+func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *corev1.Pod, env map[string][]corev1.EnvVar, creds []provider.RegistryCredential) bool {
+	if !rec.sandboxReady {
+		return false
+	}
+	started := false
+	policy := pod.Spec.RestartPolicy
+	rec.initDone = false
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		st := rec.ctr(c.Name)
+		sidecar := isSidecar(c)
+		switch {
+		case st.cur == nil:
+			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
+			return started
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
+			if !sidecar {
+				return started
+			}
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+			if st.cur.ExitCode == 0 && !sidecar {
+				continue
+			}
+			if sidecar || policy != corev1.RestartPolicyNever {
+				started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
+			}
+			return started
+		default: // created or unknown: give it time, it is being started
+			return started
+		}
+	}
+	rec.initDone = true
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		st := rec.ctr(c.Name)
+		if st.cur != nil && st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			if img, ok := st.cur.Annotations[annotationImage]; ok && img != c.Image {
+				// UpdatePod changed the image: stop the container, its restart uses the new one.
+				p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
+				st.backoffFor, st.retryAt = st.cur.Id, time.Time{} // restart at once
+			}
+		}
+		switch {
+		case st.cur == nil:
+			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(policy, st.cur.ExitCode):
+			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
+		}
+	}
+	return started
+}
+
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+func shouldRestart(policy corev1.RestartPolicy, exitCode int32) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return exitCode != 0
+	default:
+		return true
+	}
+}
+
+// nextBackoff doubles d, from BackoffBase up to BackoffMax.
+func (p *Provider) nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return p.cfg.BackoffBase.Duration
+	}
+	return min(2*d, p.cfg.BackoffMax.Duration)
+}
+
+// tryStart starts container c unless its back-off says to wait. restart is set when
+// the container ran before and exited: its restart waits a back-off from its exit.
+func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar, creds []provider.RegistryCredential, st *ctrState, restart bool) bool {
+	now := time.Now()
+	if restart && st.backoffFor != st.cur.Id {
+		// A new crash: the kubelet forgets the back-off of a container that ran for
+		// twice the maximum back-off.
+		ran := time.Duration(st.cur.FinishedAt - st.cur.StartedAt)
+		if ran > 2*p.cfg.BackoffMax.Duration {
+			st.backoff = 0
+		}
+		st.backoff = p.nextBackoff(st.backoff)
+		st.backoffFor = st.cur.Id
+		st.retryAt = time.Unix(0, st.cur.FinishedAt).Add(st.backoff)
+		st.waitReason = "CrashLoopBackOff"
+		st.waitMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", st.backoff, c.Name, pod.Name, pod.Namespace, pod.UID)
+	}
+	if now.Before(st.retryAt) {
+		if st.waitReason == "ErrImagePull" {
+			st.waitReason = "ImagePullBackOff"
+		}
+		return false
+	}
+	var attempt uint32
+	if st.cur != nil {
+		attempt = st.cur.GetMetadata().GetAttempt() + 1
+	}
+	fail := func(reason string, err error) bool {
+		st.waitReason, st.waitMessage = reason, err.Error()
+		if st.backoffFor != reason {
+			st.backoff = 0
+		}
+		st.backoff = p.nextBackoff(st.backoff)
+		st.backoffFor = reason
+		st.retryAt = now.Add(st.backoff)
+		p.log.Warn("starting container", "pod", rec.key, "container", c.Name, "reason", reason, "err", err)
+		return false
+	}
+	if err := p.ensureImage(ctx, pod, c, creds); err != nil {
+		reason := "ErrImagePull"
+		if c.ImagePullPolicy == corev1.PullNever {
+			reason = "ErrImageNeverPull"
+		}
+		return fail(reason, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	cfg, err := p.containerConfig(pod, c, env, attempt)
+	if err != nil {
+		return fail("CreateContainerConfigError", err)
+	}
+	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId:  rec.sandboxID,
+		Config:        cfg,
+		SandboxConfig: p.sandboxConfig(pod),
+	})
+	if err != nil {
+		return fail("CreateContainerError", err)
+	}
+	if _, err := p.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
+		_, _ = p.runtime.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: created.ContainerId})
+		return fail("RunContainerError", err)
+	}
+	if !restart {
+		st.backoff, st.backoffFor = 0, ""
+	}
+	st.waitReason, st.waitMessage = "", ""
+	st.retryAt = time.Time{}
+	p.log.Debug("container started", "pod", rec.key, "container", c.Name, "attempt", attempt, "id", created.ContainerId)
+	return true
+}
+
+// stopContainer stops one container with the pod's termination grace period.
+func (p *Provider) stopContainer(ctx context.Context, rec *podRecord, pod *corev1.Pod, name, id string) {
+	grace := int64(defaultGracePeriod / time.Second)
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		grace = *s
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+rpcTimeout)
+	defer cancel()
+	if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: grace}); err != nil {
+		p.log.Warn("stopping container", "pod", rec.key, "container", name, "err", err)
+	}
+}
+
+// killPod stops the pod's containers within the grace period, then removes its
+// sandbox and files, publishes its last status and forgets it. It returns false if
+// the runtime failed it, to be tried again.
+func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Time) bool {
+	p.mu.Lock()
+	pod := rec.pod
+	p.mu.Unlock()
+	if rec.sandboxID != "" {
+		if err := p.refresh(ctx, rec, pod); err != nil {
+			p.log.Warn("reading pod state to stop it", "pod", rec.key, "err", err)
+			return false
+		}
+		var wg sync.WaitGroup
+		timeout := int64(max(time.Until(deleteBy).Round(time.Second), 0) / time.Second)
+		for name, st := range rec.ctrs {
+			if st.cur == nil || st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+				continue
+			}
+			wg.Add(1)
+			go func(name, id string) {
+				defer wg.Done()
+				sctx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Second+rpcTimeout)
+				defer cancel()
+				if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: timeout}); err != nil {
+					p.log.Warn("stopping container", "pod", rec.key, "container", name, "err", err)
+				}
+			}(name, st.cur.Id)
+		}
+		wg.Wait()
+		if err := p.refresh(ctx, rec, pod); err != nil {
+			return false
+		}
+		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		if _, err := p.runtime.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil {
+			cancel()
+			p.log.Warn("stopping sandbox", "pod", rec.key, "err", err)
+			return false
+		}
+		if _, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil {
+			cancel()
+			p.log.Warn("removing sandbox", "pod", rec.key, "err", err)
+			return false
+		}
+		cancel()
+	}
+	rec.sandboxReady, rec.killed = false, true
+	status := computeStatus(rec, pod, p.hostIPNow())
+	p.publish(rec, status)
+	if err := os.RemoveAll(p.podDir(rec.uid)); err != nil {
+		p.log.Warn("removing pod files", "pod", rec.key, "err", err)
+	}
+	_ = os.RemoveAll(p.podLogDir(pod))
+	p.removePodCgroups(pod)
+	p.mu.Lock()
+	if p.pods[rec.key] == rec {
+		delete(p.pods, rec.key)
+	}
+	p.mu.Unlock()
+	p.log.Info("pod stopped and removed", "pod", rec.key, "uid", rec.uid)
+	return true
+}

@@ -1,0 +1,186 @@
+package cri
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+func TestLogParserJoinsPartialLinesAndWaitsForIncompleteRecords(t *testing.T) {
+	var lp logParser
+	got := lp.feed([]byte("2026-01-02T03:04:05.000000001Z stdout P hel"))
+	got = append(got, lp.feed([]byte("lo\n2026-01-02T03:04:05.5Z stdout F  world\n2026-01-02T03:04:06Z stderr F second\nnot a log line\n"))...)
+	if len(got) != 2 {
+		t.Fatalf("got %d lines: %v", len(got), got)
+	}
+	if string(got[0].msg) != "hello world\n" || got[0].at != time.Date(2026, 1, 2, 3, 4, 5, 1, time.UTC) {
+		t.Errorf("first line = %q at %s", got[0].msg, got[0].at)
+	}
+	if string(got[1].msg) != "second\n" {
+		t.Errorf("second line = %q", got[1].msg)
+	}
+}
+
+func TestExpandReplacesDefinedVariablesOnly(t *testing.T) {
+	env := []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "two"}}
+	got := expand([]string{"$(A)-$(B)", "$(C)", "$$(A)", "plain $", "$(unclosed"}, env)
+	want := []string{"1-two", "$(C)", "$(A)", "plain $", "$(unclosed"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("expand = %q, want %q", got, want)
+	}
+}
+
+func TestAuthsForMatchesTheImageRegistry(t *testing.T) {
+	creds := []provider.RegistryCredential{
+		{Registry: "https://index.docker.io/v1/", Username: "hub"},
+		{Registry: "registry.example:5000", Auth: "dXNlcjpwYXNz"}, // user:pass
+		{Registry: "registry.example:5000/team", Username: "team"},
+	}
+	cases := []struct {
+		image string
+		users []string // "" for anonymous
+	}{
+		{"busybox", []string{"hub", ""}},
+		{"library/busybox:1", []string{"hub", ""}},
+		{"registry.example:5000/team/app", []string{"user", "team", ""}},
+		{"registry.example:5000/other/app", []string{"user", ""}},
+		{"elsewhere.example/app", []string{""}},
+	}
+	for _, c := range cases {
+		var users []string
+		for _, a := range authsFor(c.image, creds) {
+			if a == nil {
+				users = append(users, "")
+			} else {
+				users = append(users, a.Username)
+			}
+		}
+		if !reflect.DeepEqual(users, c.users) {
+			t.Errorf("authsFor(%s) users = %q, want %q", c.image, users, c.users)
+		}
+	}
+}
+
+func TestPullPolicyDefaults(t *testing.T) {
+	for image, want := range map[string]corev1.PullPolicy{
+		"busybox":              corev1.PullAlways,
+		"busybox:latest":       corev1.PullAlways,
+		"busybox:1.36":         corev1.PullIfNotPresent,
+		"host:5000/busybox":    corev1.PullAlways,
+		"host:5000/busybox:1":  corev1.PullIfNotPresent,
+		"busybox@sha256:abcd0": corev1.PullIfNotPresent,
+	} {
+		if got := pullPolicy(&corev1.Container{Image: image}); got != want {
+			t.Errorf("pullPolicy(%s) = %s, want %s", image, got, want)
+		}
+	}
+}
+
+func TestResourcesConvertLikeTheKubelet(t *testing.T) {
+	c := &corev1.Container{Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}}
+	r := resources(c)
+	if r.CpuShares != 256 || r.CpuPeriod != 100000 || r.CpuQuota != 150000 || r.MemoryLimitInBytes != 128<<20 {
+		t.Errorf("resources = %+v", r)
+	}
+	if r := resources(&corev1.Container{}); r.CpuShares != 2 || r.CpuQuota != 0 || r.MemoryLimitInBytes != 0 {
+		t.Errorf("best-effort resources = %+v", r)
+	}
+}
+
+func TestLoadConfigDefaultsAndRejectsUnknownFields(t *testing.T) {
+	cfg, err := LoadConfig("")
+	if err != nil || cfg.RuntimeEndpoint != DefaultRuntimeEndpoint || cfg.BackoffBase.Duration != DefaultBackoffBase || cfg.Network != NetworkCNI {
+		t.Errorf("defaults = %+v, %v", cfg, err)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`{"runtimeEndpoint": "/x.sock", "network": "host", "pods": "20", "backoffBase": "1s"}`), 0o644)
+	cfg, err = LoadConfig(good)
+	if err != nil || cfg.endpoint() != "unix:///x.sock" || cfg.Network != NetworkHost || cfg.BackoffBase.Duration != time.Second {
+		t.Errorf("config = %+v, %v", cfg, err)
+	}
+	for name, body := range map[string]string{
+		"unknown": `{"runtimeEndpont": "/x.sock"}`,
+		"network": `{"network": "bridge"}`,
+		"backoff": `{"backoffBase": "10m", "backoffMax": "1m"}`,
+	} {
+		path := filepath.Join(dir, name+".json")
+		os.WriteFile(path, []byte(body), 0o644)
+		if _, err := LoadConfig(path); err == nil {
+			t.Errorf("%s: config %s accepted", name, body)
+		}
+	}
+}
+
+func TestWriteAtomicReplacesContents(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := writeAtomic(dir, []provider.VolumeFile{{Path: "a", Data: []byte("1")}, {Path: "sub/b", Data: []byte("2"), Mode: 0o600}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "sub", "b")); string(b) != "2" {
+		t.Errorf("sub/b = %q", b)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "sub", "b")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("sub/b mode = %v", fi.Mode())
+	}
+	if err := writeAtomic(dir, []provider.VolumeFile{{Path: "a", Data: []byte("new")}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a")); string(b) != "new" {
+		t.Errorf("a = %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Errorf("sub still there: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 3 { // a, ..data and one timestamped directory
+		t.Errorf("entries = %v", entries)
+	}
+	if err := writeAtomic(dir, []provider.VolumeFile{{Path: "../escape"}}); err == nil {
+		t.Error("path with .. accepted")
+	}
+}
+
+// The pod phase follows the kubelet's rules for each restart policy.
+func TestComputeStatusPhase(t *testing.T) {
+	exited := func(code int32) *runtimeapi.ContainerStatus {
+		return &runtimeapi.ContainerStatus{Id: "x", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: code, Metadata: &runtimeapi.ContainerMetadata{}}
+	}
+	running := &runtimeapi.ContainerStatus{Id: "y", State: runtimeapi.ContainerState_CONTAINER_RUNNING, Metadata: &runtimeapi.ContainerMetadata{}}
+	cases := []struct {
+		name    string
+		policy  corev1.RestartPolicy
+		st      *ctrState
+		sandbox bool
+		want    corev1.PodPhase
+	}{
+		{"no sandbox yet", corev1.RestartPolicyAlways, nil, false, corev1.PodPending},
+		{"not started", corev1.RestartPolicyAlways, nil, true, corev1.PodPending},
+		{"running", corev1.RestartPolicyAlways, &ctrState{cur: running}, true, corev1.PodRunning},
+		{"never, exit 0", corev1.RestartPolicyNever, &ctrState{cur: exited(0)}, true, corev1.PodSucceeded},
+		{"never, exit 3", corev1.RestartPolicyNever, &ctrState{cur: exited(3)}, true, corev1.PodFailed},
+		{"on failure, exit 0", corev1.RestartPolicyOnFailure, &ctrState{cur: exited(0)}, true, corev1.PodSucceeded},
+		{"always, back-off", corev1.RestartPolicyAlways, &ctrState{cur: exited(1), waitReason: "CrashLoopBackOff"}, true, corev1.PodRunning},
+	}
+	for _, c := range cases {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: c.policy, Containers: []corev1.Container{{Name: "main"}}}}
+		rec := &podRecord{ctrs: map[string]*ctrState{}, sandboxReady: c.sandbox, initDone: true, status: &corev1.PodStatus{}}
+		if c.st != nil {
+			rec.ctrs["main"] = c.st
+		}
+		if got := computeStatus(rec, pod, "10.0.0.1").Phase; got != c.want {
+			t.Errorf("%s: phase %s, want %s", c.name, got, c.want)
+		}
+	}
+}
