@@ -1,14 +1,11 @@
 package cri
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -63,42 +60,16 @@ type Config struct {
 	SyncInterval Duration `json:"syncInterval,omitzero"`
 }
 
-// Duration is a time.Duration written in JSON as a Go duration string ("10s").
-type Duration struct{ time.Duration }
-
-// MarshalJSON writes d as a duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
-// UnmarshalJSON reads a duration string such as "10s".
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string such as \"10s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	d.Duration = v
-	return nil
-}
+// Duration is a time.Duration written in JSON as a Go duration string ("3s").
+type Duration = providerutil.Duration
 
 // LoadConfig reads the JSON configuration at path ("" gives the defaults) and fills
 // in the defaults. Unknown fields are errors.
 func LoadConfig(path string) (Config, error) {
 	var cfg Config
 	if path != "" {
-		data, err := os.ReadFile(path)
-		if err != nil {
+		if err := providerutil.DecodeJSONFile(path, &cfg); err != nil {
 			return Config{}, fmt.Errorf("cri provider config: %w", err)
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cfg); err != nil {
-			return Config{}, fmt.Errorf("cri provider config %s: %w", path, err)
-		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("cri provider config %s: unexpected data after the JSON object", path)
 		}
 	}
 	cfg = cfg.withDefaults()

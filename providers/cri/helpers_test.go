@@ -60,9 +60,9 @@ func testConfig(t *testing.T) Config {
 		RuntimeEndpoint: env.Socket,
 		RootDir:         t.TempDir(),
 		Network:         NetworkCNI,
-		BackoffBase:     Duration{200 * time.Millisecond},
-		BackoffMax:      Duration{2 * time.Second},
-		SyncInterval:    Duration{100 * time.Millisecond},
+		BackoffBase:     Duration{Duration: 200 * time.Millisecond},
+		BackoffMax:      Duration{Duration: 2 * time.Second},
+		SyncInterval:    Duration{Duration: 100 * time.Millisecond},
 	}
 }
 

@@ -26,7 +26,7 @@ func TestConcurrentUse(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const workers = 16
-			cfg := Config{StartDelay: Duration{time.Second}, StopDelay: Duration{2 * time.Second}}
+			cfg := Config{StartDelay: Duration{Duration: time.Second}, StopDelay: Duration{Duration: 2 * time.Second}}
 			if tc.stateFile {
 				cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
 			}

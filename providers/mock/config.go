@@ -1,13 +1,10 @@
 package mock
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"time"
+
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -56,27 +53,8 @@ type Config struct {
 	StateFile string `json:"stateFile,omitempty"`
 }
 
-// Duration is a time.Duration written in JSON as a Go duration string ("3s", "1m30s").
-type Duration struct{ time.Duration }
-
-// MarshalJSON writes d as a duration string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(d.String())
-}
-
-// UnmarshalJSON reads a duration string such as "3s".
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string such as \"3s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	d.Duration = v
-	return nil
-}
+// Duration is a time.Duration written in JSON as a Go duration string ("3s").
+type Duration = providerutil.Duration
 
 // LoadConfig reads the JSON configuration at path and fills in the defaults. An empty
 // path gives the defaults. Unknown fields are errors, so that a typo does not silently
@@ -84,17 +62,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func LoadConfig(path string) (Config, error) {
 	var cfg Config
 	if path != "" {
-		data, err := os.ReadFile(path)
-		if err != nil {
+		if err := providerutil.DecodeJSONFile(path, &cfg); err != nil {
 			return Config{}, fmt.Errorf("mock provider config: %w", err)
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cfg); err != nil {
-			return Config{}, fmt.Errorf("mock provider config %s: %w", path, err)
-		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("mock provider config %s: unexpected data after the JSON object", path)
 		}
 	}
 	cfg = cfg.withDefaults()

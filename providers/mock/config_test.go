@@ -32,7 +32,7 @@ func TestLoadConfig(t *testing.T) {
 			want: Config{
 				CPU: "8", Memory: "32Gi", Pods: "110", Extended: map[string]string{"nvidia.com/gpu": "4"},
 				Zone: "z1", Region: "r1", ProviderID: "mock://x",
-				StartDelay: Duration{3 * time.Second}, StopDelay: Duration{90 * time.Second},
+				StartDelay: Duration{Duration: 3 * time.Second}, StopDelay: Duration{Duration: 90 * time.Second},
 				FailureRate: 0.25, Seed: 9, StateFile: "/tmp/s.json",
 			},
 		},

@@ -16,7 +16,7 @@ import (
 )
 
 func TestCreatePodIsPendingUntilStartDelayThenRunning(t *testing.T) {
-	p, clk := newTestProvider(t, Config{StartDelay: Duration{5 * time.Second}})
+	p, clk := newTestProvider(t, Config{StartDelay: Duration{Duration: 5 * time.Second}})
 	ch := notifications(t, p)
 	ctx := context.Background()
 
@@ -155,7 +155,7 @@ func TestDeletePodStopsAfterStopDelayCappedByGrace(t *testing.T) {
 		{name: "grace zero", stopDelay: 10 * time.Second, deletionGrace: ptr.To[int64](0), want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, clk := newTestProvider(t, Config{StopDelay: Duration{tc.stopDelay}})
+			p, clk := newTestProvider(t, Config{StopDelay: Duration{Duration: tc.stopDelay}})
 			ctx := context.Background()
 			pod := testPod("web", "uid-1")
 			pod.Spec.TerminationGracePeriodSeconds = tc.specGrace
@@ -204,7 +204,7 @@ func TestDeletePodStopsAfterStopDelayCappedByGrace(t *testing.T) {
 }
 
 func TestStoppedPodIsForgottenWithoutNotifier(t *testing.T) {
-	p, clk := newTestProvider(t, Config{StopDelay: Duration{time.Second}})
+	p, clk := newTestProvider(t, Config{StopDelay: Duration{Duration: time.Second}})
 	ctx := context.Background()
 	pod := testPod("web", "uid-1")
 	if err := p.CreatePod(ctx, pod); err != nil {
@@ -234,7 +234,7 @@ func TestStoppedPodIsForgottenWithoutNotifier(t *testing.T) {
 }
 
 func TestDeletePodAgainOnlyShortens(t *testing.T) {
-	p, clk := newTestProvider(t, Config{StopDelay: Duration{10 * time.Second}})
+	p, clk := newTestProvider(t, Config{StopDelay: Duration{Duration: 10 * time.Second}})
 	ctx := context.Background()
 	pod := testPod("web", "uid-1")
 	if err := p.CreatePod(ctx, pod); err != nil {
@@ -410,7 +410,7 @@ func TestFailureInjectionIsReproducibleWithSeed(t *testing.T) {
 }
 
 func TestInitContainers(t *testing.T) {
-	p, clk := newTestProvider(t, Config{StartDelay: Duration{time.Second}})
+	p, clk := newTestProvider(t, Config{StartDelay: Duration{Duration: time.Second}})
 	pod := testPod("web", "uid-1")
 	pod.Spec.InitContainers = []corev1.Container{
 		{Name: "setup", Image: "busybox"},

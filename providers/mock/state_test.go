@@ -18,8 +18,8 @@ import (
 func TestStateFileRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{
-		StartDelay: Duration{10 * time.Second},
-		StopDelay:  Duration{20 * time.Second},
+		StartDelay: Duration{Duration: 10 * time.Second},
+		StopDelay:  Duration{Duration: 20 * time.Second},
 		StateFile:  filepath.Join(dir, "state.json"),
 	}
 	clk := testingclock.NewFakeClock(t0)
@@ -117,7 +117,7 @@ func TestStateFileRoundTrip(t *testing.T) {
 }
 
 func TestStateFileRestoredPodsAreNotified(t *testing.T) {
-	cfg := Config{StartDelay: Duration{time.Second}, StateFile: filepath.Join(t.TempDir(), "state.json")}
+	cfg := Config{StartDelay: Duration{Duration: time.Second}, StateFile: filepath.Join(t.TempDir(), "state.json")}
 	p, clk := newTestProvider(t, cfg)
 	if err := p.CreatePod(context.Background(), testPod("web", "uid-1")); err != nil {
 		t.Fatal(err)

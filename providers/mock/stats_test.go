@@ -22,7 +22,7 @@ const statsStart, statsNow = 10 * time.Second, 20 * time.Second
 
 func statsProvider(t *testing.T) (*Provider, func(time.Duration)) {
 	t.Helper()
-	p, clk := newTestProvider(t, Config{Memory: "1Gi", StartDelay: Duration{statsStart}})
+	p, clk := newTestProvider(t, Config{Memory: "1Gi", StartDelay: Duration{Duration: statsStart}})
 	ctx := context.Background()
 	web := testPod("web", "uid-web")
 	web.Spec.Containers[0].Resources.Requests = corev1.ResourceList{

@@ -116,7 +116,7 @@ func TestContainerLogsFollowWaitsForContext(t *testing.T) {
 
 func TestContainerLogsErrors(t *testing.T) {
 	p := runningProvider(t)
-	pending, _ := newTestProvider(t, Config{StartDelay: Duration{time.Minute}})
+	pending, _ := newTestProvider(t, Config{StartDelay: Duration{Duration: time.Minute}})
 	if err := pending.CreatePod(context.Background(), testPod("web", "uid-1")); err != nil {
 		t.Fatal(err)
 	}
