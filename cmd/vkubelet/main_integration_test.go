@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,76 +240,141 @@ func podsOf(t *testing.T, c kubernetes.Interface, ns string) []corev1.Pod {
 	return l.Items
 }
 
-// TestUpPrintsKubeconfigAndRunsPods runs `vkubelet up` as a user would.
-func TestUpPrintsKubeconfigAndRunsPods(t *testing.T) {
+// upProcess is a running `vkubelet up` and a client of its cluster.
+type upProcess struct {
+	cmd    *exec.Cmd
+	dir    string
+	client kubernetes.Interface
+	stderr *lockedBuffer
+	lines  chan string
+}
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startUp runs `vkubelet up` as a user would and waits for its one line of output.
+func startUp(t *testing.T, args ...string) *upProcess {
+	t.Helper()
 	testenv.ControlPlane(t) // the binaries are built; `up` starts its own cluster
-	dir := filepath.Join(t.TempDir(), "up")
-	cmd := exec.Command(binary, "up", "--dir", dir, "--kubelet-port", "0")
-	stdout, err := cmd.StdoutPipe()
+	u := &upProcess{dir: filepath.Join(t.TempDir(), "up"), stderr: &lockedBuffer{}, lines: make(chan string, 10)}
+	u.cmd = exec.Command(binary, append([]string{"up", "--dir", u.dir, "--kubelet-port", "0"}, args...)...)
+	stdout, err := u.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	u.cmd.Stderr = u.stderr
+	if err := u.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 10)
+	t.Cleanup(func() { _ = u.cmd.Process.Kill(); _ = u.cmd.Wait() })
 	go func() {
 		s := bufio.NewScanner(stdout)
 		for s.Scan() {
-			lines <- s.Text()
+			u.lines <- s.Text()
 		}
-		close(lines)
+		close(u.lines)
 	}()
 	var line string
 	select {
-	case line = <-lines:
+	case line = <-u.lines:
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("vkubelet up printed nothing; stderr:\n%s", stderr.String())
+		t.Fatalf("vkubelet up printed nothing; stderr:\n%s", u.stderr.String())
 	}
 	path, ok := strings.CutPrefix(line, "export KUBECONFIG=")
 	if !ok {
-		t.Fatalf("first line = %q, want export KUBECONFIG=<path>", line)
+		t.Fatalf("first line = %q, want export KUBECONFIG=<path>; stderr:\n%s", line, u.stderr.String())
 	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := kubernetes.NewForConfigOrDie(restCfg)
-	waitNodeReady(t, c, "vkubelet")
-	ctx := context.Background()
+	u.client = kubernetes.NewForConfigOrDie(restCfg)
+	waitNodeReady(t, u.client, "vkubelet")
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-		_, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		_, err := u.client.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	// What `kubectl run hello --image=busybox` does: no node name, no toleration.
-	if _, err := c.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: "busybox"}}},
+	return u
+}
+
+// run creates what `kubectl run <name> --image=busybox -- <args>` creates (no node
+// name, no toleration) and waits for it to be Running on the virtual node.
+func (u *upProcess) run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := u.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "busybox", Args: args}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
+		p, err := u.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		return p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == "vkubelet", fmt.Sprintf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+}
+
+// stop sends SIGTERM and checks that nothing `up` started outlives it.
+func (u *upProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := u.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("vkubelet up exited with %v on SIGTERM; stderr:\n%s", err, stderr.String())
+	if err := u.cmd.Wait(); err != nil {
+		t.Fatalf("vkubelet up exited with %v on SIGTERM; stderr:\n%s", err, u.stderr.String())
 	}
-	for l := range lines {
+	for l := range u.lines {
 		t.Errorf("vkubelet up printed more than one line on stdout: %q", l)
 	}
-	// Nothing it started outlives it.
-	out, _ := exec.Command("pgrep", "-f", dir).Output()
+	out, _ := exec.Command("pgrep", "-f", u.dir).Output()
 	if s := strings.TrimSpace(string(out)); s != "" {
 		t.Fatalf("processes of the stopped cluster remain: %s", s)
+	}
+}
+
+// TestUpPrintsKubeconfigAndRunsPods runs `vkubelet up` with the mock provider.
+func TestUpPrintsKubeconfigAndRunsPods(t *testing.T) {
+	u := startUp(t)
+	u.run(t, "hello")
+	u.stop(t)
+}
+
+// TestUpRunsRealContainersWithTheCRIProvider runs `vkubelet up --provider cri`: a
+// busybox pod becomes a real container whose output kubectl logs shows.
+func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
+	u := startUp(t, "--provider", "cri")
+	u.run(t, "real", "sh", "-c", "echo hello from a real container; sleep 3600")
+	req := u.client.CoreV1().Pods("default").GetLogs("real", &corev1.PodLogOptions{})
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		b, err := req.DoRaw(context.Background())
+		return err == nil && string(b) == "hello from a real container\n", fmt.Sprintf("logs %q, %v", b, err)
+	})
+	m := regexp.MustCompile(`containerd at (\S+)/containerd\.sock`).FindStringSubmatch(u.stderr.String())
+	if m == nil {
+		t.Fatalf("up did not say where containerd runs:\n%s", u.stderr.String())
+	}
+	u.stop(t)
+	// The containerd it started (and its shims) are gone too.
+	out, _ := exec.Command("pgrep", "-f", m[1]).Output()
+	if s := strings.TrimSpace(string(out)); s != "" {
+		t.Fatalf("containerd processes of the stopped up remain: %s", s)
 	}
 }

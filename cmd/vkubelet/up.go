@@ -12,6 +12,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/netns"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 func newUpCommand() *cobra.Command {
@@ -62,6 +63,21 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				}
 			}()
 			cfg := f.cfg
+			if cfg.Provider == "cri" && cfg.ProviderConfig == "" {
+				// No runtime given: run a private containerd with a local registry
+				// that serves busybox, so pods run on a machine without internet.
+				env, err := crienv.Start(ctx)
+				if err != nil {
+					return fmt.Errorf("--provider cri: starting containerd: %w", err)
+				}
+				defer env.Stop()
+				cfg.ProviderConfig = filepath.Join(dir, "cri-provider.json")
+				conf := fmt.Sprintf(`{"runtimeEndpoint": %q, "rootDir": %q}`, env.Socket, filepath.Join(dir, "cri"))
+				if err := os.WriteFile(cfg.ProviderConfig, []byte(conf), 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
+			}
 			cfg.Kubeconfig = cp.KubeconfigPath
 			// The node asks the cluster for its serving certificate and, being the
 			// admin of this throw-away cluster, approves it itself; the API server

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/vkubelet/vkubelet/internal/spawn"
 )
 
 // process is one running component.
@@ -20,8 +22,8 @@ type process struct {
 }
 
 // startProcess runs bin with args, logging to <dir>/<name>.log. The child gets its own
-// process group (so Stop can signal everything it forked) and SIGKILL when the
-// thread that started it dies, so a killed parent leaves no orphan behind.
+// process group (so Stop can signal everything it forked) and SIGKILL when this
+// process dies (package spawn), so a killed parent leaves no orphan behind.
 func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -30,8 +32,7 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}

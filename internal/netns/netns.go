@@ -91,20 +91,32 @@ func (l *Link) Listen(port int) (net.Listener, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// Switching namespaces changes only this OS thread; it is discarded after
-		// (no UnlockOSThread), so no other goroutine ever runs in the namespace.
+		// Switching namespaces changes only this OS thread. It goes back to the
+		// host's namespace before it is unlocked; should that fail, it stays locked
+		// and Go discards it, so no other goroutine ever runs in the namespace.
 		runtime.LockOSThread()
+		host, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer host.Close()
 		target, err := os.Open("/var/run/netns/" + l.Name)
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: err}
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("entering network namespace %s: %w", l.Name, err)}
 			return
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(l.NodeIP, fmt.Sprint(port)))
+		if unix.Setns(int(host.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
 		ch <- result{ln, err}
 	}()
 	r := <-ch

@@ -23,7 +23,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
-	"github.com/vkubelet/vkubelet/providers/cri/internal/crienv"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // env is the package's containerd and registry; nil under -short.

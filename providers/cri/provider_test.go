@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/provider"
-	"github.com/vkubelet/vkubelet/providers/cri/internal/crienv"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // A busybox pod on a CNI network runs, is Ready, and serves its logs, exec and a

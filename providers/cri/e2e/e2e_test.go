@@ -30,7 +30,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/internal/crienv"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 func TestMain(m *testing.M) {

@@ -4,8 +4,11 @@
 // built from Debian's busybox-static, so that the real pull path runs without any
 // outside registry.
 //
-// It is for tests only. It needs root, containerd, runc, busybox-static and the CNI
-// plugins, which scripts/setup.sh installs; Start reports which one is missing.
+// The registry also stands in for Docker Hub's library/busybox, so that
+// `kubectl run x --image=busybox` works on a machine without internet access: the
+// tests and `vkubelet up --provider cri` use it. It needs root, containerd, runc,
+// busybox-static and the CNI plugins, which scripts/setup.sh installs; Start reports
+// which one is missing.
 package crienv
 
 import (
@@ -37,6 +40,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vkubelet/vkubelet/internal/spawn"
 )
 
 // The credentials the registry asks for images under private/.
@@ -214,8 +219,11 @@ func (e *Env) pushImages() error {
 	e.Busybox2 = e.Registry + "/busybox:2"
 	e.PrivateBusybox = e.Registry + "/private/busybox:1"
 	e.Pause = e.Registry + "/pause:1"
+	// docker.io/library/busybox:latest, which containerd asks this registry for
+	// (certs.d/docker.io/hosts.toml).
+	hubBusybox := e.Registry + "/library/busybox:latest"
 	push := remote.WithTransport(headerTransport{})
-	for ref, img := range map[string]v1.Image{e.Busybox: busybox, e.Busybox2: busybox, e.PrivateBusybox: busybox, e.Pause: pause} {
+	for ref, img := range map[string]v1.Image{e.Busybox: busybox, e.Busybox2: busybox, e.PrivateBusybox: busybox, e.Pause: pause, hubBusybox: busybox} {
 		r, err := name.ParseReference(ref, name.Insecure)
 		if err != nil {
 			return err
@@ -251,6 +259,14 @@ func (e *Env) startContainerd(ctx context.Context) error {
 	}
 	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+e.Registry, "http://"+e.Registry)
 	if err := os.WriteFile(filepath.Join(dirs["certs"], "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		return err
+	}
+	// Docker Hub is out of reach: its images come from this registry instead.
+	hub := filepath.Join(e.Dir, "certs.d", "docker.io")
+	if err := os.MkdirAll(hub, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(hub, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		return err
 	}
 	cni := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "crienv", "plugins": [
@@ -303,8 +319,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	defer logf.Close()
 	e.cmd = exec.Command("containerd", "--config", cfgPath)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
+	if err := spawn.Start(e.cmd); err != nil {
 		return fmt.Errorf("crienv: start containerd: %w", err)
 	}
 	go func() { e.done <- e.cmd.Wait() }()
