@@ -11,6 +11,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
@@ -36,6 +37,17 @@ var registry = map[string]Constructor{
 			opts = append(opts, cri.WithHostIP(cfg.InternalIP))
 		}
 		return cri.New(ctx, cc, cfg.NodeName, opts...)
+	},
+	"kube": func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
+		kc, err := kube.LoadConfig(cfg.ConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		opts := []kube.Option{kube.WithLogger(cfg.Logger)}
+		if cfg.InternalIP != "" {
+			opts = append(opts, kube.WithHostIP(cfg.InternalIP))
+		}
+		return kube.New(ctx, kc, cfg.NodeName, opts...)
 	},
 	"mock": func(_ context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
 		mc, err := mock.LoadConfig(cfg.ConfigPath)

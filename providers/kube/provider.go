@@ -1,0 +1,706 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// originIndex indexes the target pods by the "ns/name" of their source pod.
+const originIndex = "origin"
+
+// Provider runs the pods of a virtual node in a target cluster.
+type Provider struct {
+	cfg      Config
+	nodeName string
+	m        *mapper
+	log      *slog.Logger
+	// client talks to the target; restConfig (nil with a fake client) builds the
+	// streaming connections of exec, attach and port-forward.
+	client     kubernetes.Interface
+	restConfig *rest.Config
+
+	// pods is the informer on the target pods carrying our label: the source of
+	// GetPod, GetPodStatus, GetPods and notifications.
+	pods cache.SharedIndexInformer
+	// nodes and allPods feed the capacity (capacity.go).
+	nodes     cache.SharedIndexInformer
+	allPods   cache.SharedIndexInformer
+	factories []informers.SharedInformerFactory
+
+	mu sync.Mutex
+	// records remembers, per source pod key, what we were asked to run: to answer
+	// while the informer lags behind a create, to re-create a target pod deleted
+	// behind our back, and to tell our own deletions from others'.
+	records    map[string]*record
+	notify     func(*corev1.Pod)
+	namespaces map[string]bool // target namespaces known to exist
+
+	capacity capacityState
+	// ctx is New's context: background work (re-creation) stops with it.
+	ctx context.Context
+	// started is when the provider started: the node's start time in stats.
+	started time.Time
+	// summaryOf, if set, replaces reading target nodes' stats summaries (tests).
+	summaryOf func(ctx context.Context, node string) (*statsv1alpha1.Summary, error)
+}
+
+// record is what the provider was last asked for one source pod.
+type record struct {
+	uid      types.UID
+	rp       *provider.ResolvedPod // deep copy
+	deleting bool                  // DeletePod was called
+	lost     *corev1.PodStatus     // the target pod was deleted by others and not re-created
+}
+
+// Option changes a Provider built by New.
+type Option func(*Provider)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// WithHostIP makes hostIP of every pod the virtual node's address.
+func WithHostIP(ip string) Option { return func(p *Provider) { p.m.hostIP = ip } }
+
+// WithClient uses client for the target instead of the kubeconfig (tests, with a
+// fake clientset): Ping then always succeeds and exec, attach and port-forward,
+// which need a REST config, are not implemented.
+func WithClient(c kubernetes.Interface) Option { return func(p *Provider) { p.client = c } }
+
+var (
+	_ provider.PodLifecycleHandler     = (*Provider)(nil)
+	_ provider.ResolvedPodHandler      = (*Provider)(nil)
+	_ provider.VolumeUpdater           = (*Provider)(nil)
+	_ provider.PodNotifier             = (*Provider)(nil)
+	_ provider.NodeProvider            = (*Provider)(nil)
+	_ provider.NodeConfigurer          = (*Provider)(nil)
+	_ provider.ContainerLogsProvider   = (*Provider)(nil)
+	_ provider.ContainerExecProvider   = (*Provider)(nil)
+	_ provider.ContainerAttachProvider = (*Provider)(nil)
+	_ provider.PortForwardProvider     = (*Provider)(nil)
+	_ provider.StatsProvider           = (*Provider)(nil)
+)
+
+// New connects to the target cluster and starts the informers, which stop with ctx.
+// It does not wait for the target: a target down at start makes the node NotReady
+// until it answers.
+func New(ctx context.Context, cfg Config, nodeName string, opts ...Option) (*Provider, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, fmt.Errorf("kube provider config: %w", err)
+	}
+	p := &Provider{
+		cfg:        cfg,
+		nodeName:   nodeName,
+		m:          newMapper(cfg, nodeName, ""),
+		log:        slog.Default(),
+		records:    map[string]*record{},
+		namespaces: map[string]bool{},
+		ctx:        ctx,
+		started:    time.Now(),
+	}
+	for _, opt := range opts {
+		opt(p)
+	}
+	p.log = p.log.With("provider", "kube", "node", nodeName)
+	if p.client == nil {
+		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: cfg.Context}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kube provider: target kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+		rc.UserAgent = "vkubelet-kube-provider/" + nodeName
+		p.restConfig = rc
+		if p.client, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, fmt.Errorf("kube provider: target client: %w", err)
+		}
+	}
+	p.startInformers(ctx)
+	return p, nil
+}
+
+func (p *Provider) startInformers(ctx context.Context) {
+	ours := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.m.selector() }))
+	p.pods = ours.Core().V1().Pods().Informer()
+	_ = p.pods.AddIndexers(cache.Indexers{originIndex: func(obj any) ([]string, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			if k := p.m.originKey(m); k != "" {
+				return []string{k}, nil
+			}
+		}
+		return nil, nil
+	}})
+	_, _ = p.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.onTargetPod(obj) },
+		UpdateFunc: func(_, obj any) { p.onTargetPod(obj) },
+		DeleteFunc: p.onTargetPodDeleted,
+	})
+
+	all := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
+		}))
+	p.allPods = all.Core().V1().Pods().Informer()
+	// Nodes come from a factory of their own: the pods' field selector does not apply.
+	nodes := informers.NewSharedInformerFactory(p.client, 0)
+	p.nodes = nodes.Core().V1().Nodes().Informer()
+	p.capacity.changed = make(chan struct{}, 1)
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.capacityChanged() },
+		UpdateFunc: func(any, any) { p.capacityChanged() },
+		DeleteFunc: func(any) { p.capacityChanged() },
+	}
+	_, _ = p.allPods.AddEventHandler(h)
+	_, _ = p.nodes.AddEventHandler(h)
+
+	p.factories = []informers.SharedInformerFactory{ours, all, nodes}
+	for _, f := range p.factories {
+		f.Start(ctx.Done())
+	}
+	go p.runCapacity(ctx)
+}
+
+// synced waits (at most until ctx ends or 10s) for the informer on our pods.
+func (p *Provider) synced(ctx context.Context) error {
+	if p.pods.HasSynced() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), p.pods.HasSynced) {
+		return errdefs.Unavailable("kube provider: target pods not listed yet (is the target cluster reachable?)")
+	}
+	return nil
+}
+
+// cached returns our target pod of source pod ns/name from the informer, or nil.
+func (p *Provider) cached(ns, name string) *corev1.Pod {
+	objs, _ := p.pods.GetIndexer().ByIndex(originIndex, podKey(ns, name))
+	for _, o := range objs {
+		if t, ok := o.(*corev1.Pod); ok {
+			return t
+		}
+	}
+	return nil
+}
+
+// CreatePod runs a pod given without resolution: as CreateResolvedPod with nothing
+// resolved (volumes then reference empty copies).
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return p.CreateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
+}
+
+// UpdatePod applies a changed pod; see UpdateResolvedPod.
+func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	return p.UpdateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
+}
+
+// CreateResolvedPod creates the target namespace if missing, the copies of the pod's
+// dependencies, then the target pod, and makes the pod own the copies. It is
+// idempotent by source UID.
+func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	src := rp.Pod
+	key := podKey(src.Namespace, src.Name)
+	p.remember(key, rp)
+	if err := p.create(ctx, rp); err != nil {
+		return fmt.Errorf("offloading pod %s: %w", key, err)
+	}
+	return nil
+}
+
+func (p *Provider) remember(key string, rp *provider.ResolvedPod) {
+	cp := &provider.ResolvedPod{Pod: rp.Pod.DeepCopy(), Env: rp.Env, Volumes: rp.Volumes, PullCredentials: rp.PullCredentials}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.records[key]; r != nil && r.uid == rp.Pod.UID {
+		if rp.Env == nil && r.rp != nil {
+			cp.Env, cp.Volumes, cp.PullCredentials = r.rp.Env, r.rp.Volumes, r.rp.PullCredentials
+		}
+		r.rp, r.lost = cp, nil
+		return
+	}
+	p.records[key] = &record{uid: rp.Pod.UID, rp: cp}
+}
+
+func (p *Provider) create(ctx context.Context, rp *provider.ResolvedPod) error {
+	src := rp.Pod
+	tp, copies := p.m.translate(rp)
+	pods := p.client.CoreV1().Pods(tp.Namespace)
+
+	existing, err := pods.Get(ctx, tp.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		if p.m.originKey(existing) == "" {
+			return errdefs.InvalidInput("target pod %s/%s exists and was not created by this node", tp.Namespace, tp.Name)
+		}
+		if existing.Labels[LabelOriginUID] != string(src.UID) {
+			// An earlier source pod of the same name: make room, and retry later.
+			_ = pods.Delete(ctx, existing.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}})
+			return errdefs.Unavailable("target pod %s/%s still belongs to an earlier pod %s", tp.Namespace, tp.Name, existing.Labels[LabelOriginUID])
+		}
+		// Created before (the answer was lost): finish the job.
+		return p.ensureCopies(ctx, tp.Namespace, src, copies, existing)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	if err := p.ensureNamespace(ctx, tp.Namespace); err != nil {
+		return err
+	}
+	err = p.ensureCopies(ctx, tp.Namespace, src, copies, nil)
+	var created *corev1.Pod
+	if err == nil {
+		created, err = pods.Create(ctx, tp, metav1.CreateOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		// The namespace was deleted since we made it: make it again next time.
+		p.mu.Lock()
+		delete(p.namespaces, tp.Namespace)
+		p.mu.Unlock()
+		return errdefs.Unavailable("target namespace %s is gone; retrying: %v", tp.Namespace, err)
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return errdefs.Unavailable("target pod %s/%s created concurrently; retrying", tp.Namespace, tp.Name)
+	}
+	if err != nil {
+		return err
+	}
+	p.log.Info("offloaded pod", "pod", describe(src), "target", describe(created))
+	return p.ensureCopies(ctx, tp.Namespace, src, copies, created)
+}
+
+// ensureNamespace creates the target namespace ns if it does not exist.
+func (p *Provider) ensureNamespace(ctx context.Context, ns string) error {
+	p.mu.Lock()
+	known := p.namespaces[ns]
+	p.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := p.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = p.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name:        ns,
+			Labels:      map[string]string{LabelOffloadedBy: p.m.offloadedBy},
+			Annotations: map[string]string{AnnotationOriginCluster: p.m.clusterID},
+		}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("target namespace %s: %w", ns, err)
+	}
+	p.mu.Lock()
+	p.namespaces[ns] = true
+	p.mu.Unlock()
+	return nil
+}
+
+// ensureCopies makes the copies exist with the given data and, if owner is not nil,
+// owned by owner. A copy owned by another pod (an earlier incarnation whose garbage
+// collection is under way) is replaced rather than adopted.
+func (p *Provider) ensureCopies(ctx context.Context, ns string, src *corev1.Pod, copies []depCopy, owner *corev1.Pod) error {
+	for _, c := range copies {
+		if err := p.ensureCopy(ctx, ns, src, c, owner); err != nil {
+			return fmt.Errorf("copy %s/%s of a dependency of %s: %w", ns, c.name, describe(src), err)
+		}
+	}
+	return nil
+}
+
+func (p *Provider) ensureCopy(ctx context.Context, ns string, src *corev1.Pod, c depCopy, owner *corev1.Pod) error {
+	meta := p.m.ownMeta(src, c.name)
+	if owner != nil {
+		meta.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID,
+		}}
+	}
+	if c.kind == copySecret {
+		s := &corev1.Secret{ObjectMeta: meta, Type: c.secretType, Data: c.data}
+		return ensure(ctx, p.m, p.client.CoreV1().Secrets(ns), s, owner,
+			func(old, want *corev1.Secret) { old.Data = want.Data })
+	}
+	text, bin := configMapData(c.data)
+	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: text, BinaryData: bin}
+	return ensure(ctx, p.m, p.client.CoreV1().ConfigMaps(ns), cm, owner,
+		func(old, want *corev1.ConfigMap) { old.Data, old.BinaryData = want.Data, want.BinaryData })
+}
+
+// objectClient is the part of a typed client ensure needs.
+type objectClient[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// ensure creates want, or updates the existing object of its name to want's data and
+// owner. It refuses objects not carrying our label.
+func ensure[T interface {
+	metav1.Object
+	comparable
+}](ctx context.Context, m *mapper, c objectClient[T], want T, owner *corev1.Pod, setData func(old, want T)) error {
+	old, err := c.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = c.Create(ctx, want, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if old.GetLabels()[LabelOffloadedBy] != m.offloadedBy {
+		return errdefs.InvalidInput("%s exists and was not created by this node", want.GetName())
+	}
+	stale := old.GetLabels()[LabelOriginUID] != want.GetLabels()[LabelOriginUID]
+	for _, r := range old.GetOwnerReferences() {
+		if owner == nil || r.UID != owner.UID {
+			stale = true
+		}
+	}
+	if stale {
+		// Left by an earlier pod of the same name: the garbage collector may be
+		// removing it. Replace it instead of racing with the collector.
+		uid := old.GetUID()
+		err := c.Delete(ctx, old.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+		_, err = c.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return errdefs.Unavailable("%s is being replaced", want.GetName())
+		}
+		return err
+	}
+	setData(old, want)
+	old.SetOwnerReferences(want.GetOwnerReferences())
+	old.SetAnnotations(want.GetAnnotations())
+	_, err = c.Update(ctx, old, metav1.UpdateOptions{})
+	return err
+}
+
+// UpdateResolvedPod applies the source pod's labels, annotations, images, active
+// deadline and (unless stripped) tolerations to the target pod.
+func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	src := rp.Pod
+	key := podKey(src.Namespace, src.Name)
+	t, err := p.ownTarget(ctx, src)
+	if err != nil {
+		return err
+	}
+	p.remember(key, rp)
+	want := p.m.targetPod(src)
+	t = t.DeepCopy()
+	t.Labels, t.Annotations = want.Labels, want.Annotations
+	images := map[string]string{}
+	for _, c := range src.Spec.Containers {
+		images[c.Name] = c.Image
+	}
+	for _, c := range src.Spec.InitContainers {
+		images["init/"+c.Name] = c.Image
+	}
+	for i := range t.Spec.Containers {
+		if img, ok := images[t.Spec.Containers[i].Name]; ok {
+			t.Spec.Containers[i].Image = img
+		}
+	}
+	for i := range t.Spec.InitContainers {
+		if img, ok := images["init/"+t.Spec.InitContainers[i].Name]; ok {
+			t.Spec.InitContainers[i].Image = img
+		}
+	}
+	t.Spec.ActiveDeadlineSeconds = src.Spec.ActiveDeadlineSeconds
+	if !p.m.stripTol {
+		t.Spec.Tolerations = src.Spec.Tolerations
+	}
+	if _, err := p.client.CoreV1().Pods(t.Namespace).Update(ctx, t, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsInvalid(err) {
+			return errdefs.AsInvalidInput(fmt.Errorf("updating target pod of %s: %w", key, err))
+		}
+		return fmt.Errorf("updating target pod of %s: %w", key, err)
+	}
+	return nil
+}
+
+// UpdatePodVolumes rewrites the volume copies of the pod with the new files.
+func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
+	src := rp.Pod
+	key := podKey(src.Namespace, src.Name)
+	t, err := p.ownTarget(ctx, src)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if r := p.records[key]; r != nil && r.uid == src.UID && r.rp != nil {
+		cp := *r.rp // r.rp may be in use by a re-creation: replace, never mutate
+		cp.Volumes = rp.Volumes
+		r.rp = &cp
+	}
+	p.mu.Unlock()
+	_, copies := p.m.translate(&provider.ResolvedPod{Pod: src, Volumes: rp.Volumes})
+	if err := p.ensureCopies(ctx, t.Namespace, src, copies, t); err != nil {
+		return fmt.Errorf("updating volumes of %s: %w", key, err)
+	}
+	return nil
+}
+
+// ownTarget reads the target pod of src from the API; NotFound if there is none of
+// this source pod.
+func (p *Provider) ownTarget(ctx context.Context, src *corev1.Pod) (*corev1.Pod, error) {
+	ns := p.m.targetNamespace(src.Namespace)
+	t, err := p.client.CoreV1().Pods(ns).Get(ctx, src.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && (p.m.originKey(t) == "" || t.Labels[LabelOriginUID] != string(src.UID))) {
+		return nil, errdefs.NotFound("pod %s has no pod in the target cluster", describe(src))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading target pod of %s: %w", describe(src), err)
+	}
+	return t, nil
+}
+
+// DeletePod deletes the target pod with the source pod's grace period; the
+// garbage collector of the target then removes its copies.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	key := podKey(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	r := p.records[key]
+	if r == nil || r.uid != pod.UID {
+		r = &record{uid: pod.UID}
+		p.records[key] = r
+	}
+	r.deleting = true
+	p.mu.Unlock()
+
+	t, err := p.ownTarget(ctx, pod)
+	if errdefs.IsNotFound(err) {
+		p.forgetDeleted(key, pod.UID)
+	}
+	if err != nil {
+		return err
+	}
+	grace := pod.DeletionGracePeriodSeconds
+	if grace == nil {
+		grace = pod.Spec.TerminationGracePeriodSeconds
+	}
+	err = p.client.CoreV1().Pods(t.Namespace).Delete(ctx, t.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: grace,
+		Preconditions:      &metav1.Preconditions{UID: &t.UID},
+		PropagationPolicy:  ptr.To(metav1.DeletePropagationBackground),
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		p.forgetDeleted(key, pod.UID)
+		return errdefs.NotFound("pod %s has no pod in the target cluster", key)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting target pod of %s: %w", key, err)
+	}
+	return nil
+}
+
+// forgetDeleted drops the record of a deleted pod whose target pod is gone.
+func (p *Provider) forgetDeleted(key string, uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.records[key]; r != nil && r.uid == uid && r.deleting {
+		delete(p.records, key)
+	}
+}
+
+// GetPod returns the source pod with the status of its target pod.
+func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	key := podKey(namespace, name)
+	p.mu.Lock()
+	r := p.records[key]
+	var last *corev1.Pod
+	if r != nil && r.rp != nil {
+		last = r.rp.Pod
+	}
+	p.mu.Unlock()
+	if t := p.cached(namespace, name); t != nil {
+		if last != nil && string(last.UID) != t.Labels[LabelOriginUID] {
+			last = nil
+		}
+		return p.m.sourcePod(t, last), nil
+	}
+	if last == nil {
+		return nil, errdefs.NotFound("pod %s has no pod in the target cluster", key)
+	}
+	st, err := p.GetPodStatus(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	out := last.DeepCopy()
+	out.Status = *st
+	return out, nil
+}
+
+// GetPodStatus returns the status of the target pod from the informer. A pod being
+// created (or re-created) that the informer has not seen yet is Pending.
+func (p *Provider) GetPodStatus(_ context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	if t := p.cached(namespace, name); t != nil {
+		return p.m.sourceStatus(t), nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.records[podKey(namespace, name)]
+	switch {
+	case r == nil || r.deleting || r.rp == nil:
+		return nil, errdefs.NotFound("pod %s/%s has no pod in the target cluster", namespace, name)
+	case r.lost != nil:
+		return r.lost.DeepCopy(), nil
+	default:
+		return &corev1.PodStatus{Phase: corev1.PodPending, Reason: "Offloading",
+			Message: "the pod is being created in the target cluster"}, nil
+	}
+}
+
+// GetPods returns every source pod that has a target pod, from the informer.
+func (p *Provider) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	if err := p.synced(ctx); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for _, o := range p.pods.GetStore().List() {
+		t := o.(*corev1.Pod)
+		if k := p.m.originKey(t); k != "" {
+			p.mu.Lock()
+			var last *corev1.Pod
+			if r := p.records[k]; r != nil && r.rp != nil && string(r.uid) == t.Labels[LabelOriginUID] {
+				last = r.rp.Pod
+			}
+			p.mu.Unlock()
+			out = append(out, p.m.sourcePod(t, last))
+		}
+	}
+	return out, nil
+}
+
+// NotifyPods registers the status callback and reports every known pod once.
+func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
+	p.mu.Lock()
+	p.notify = notify
+	p.mu.Unlock()
+	for _, o := range p.pods.GetStore().List() {
+		p.onTargetPod(o)
+	}
+}
+
+func (p *Provider) callback() func(*corev1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notify
+}
+
+// onTargetPod reports a changed target pod as its source pod.
+func (p *Provider) onTargetPod(obj any) {
+	t, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	k := p.m.originKey(t)
+	if k == "" {
+		return
+	}
+	p.mu.Lock()
+	var last *corev1.Pod
+	if r := p.records[k]; r != nil && r.rp != nil && string(r.uid) == t.Labels[LabelOriginUID] {
+		last = r.rp.Pod
+	}
+	p.mu.Unlock()
+	if notify := p.callback(); notify != nil {
+		notify(p.m.sourcePod(t, last))
+	}
+}
+
+// onTargetPodDeleted handles a target pod gone: the end of our deletion, or a
+// deletion by others, after which the pod is re-created unless its restart policy
+// is Never (then it is reported Failed).
+func (p *Provider) onTargetPodDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	k := p.m.originKey(t)
+	if k == "" {
+		return
+	}
+	src := p.m.sourcePod(t, nil)
+	p.mu.Lock()
+	r := p.records[k]
+	if r != nil && r.uid != src.UID {
+		r = nil
+	}
+	var rp *provider.ResolvedPod
+	switch {
+	case r == nil || r.deleting:
+		// Our deletion finished (or an unknown pod went): report every container
+		// terminated, so a waiting deletion completes.
+		if r != nil {
+			delete(p.records, k)
+		}
+		src.Status = *deletedStatus(&src.Status)
+	case r.rp != nil && r.rp.Pod.Spec.RestartPolicy != corev1.RestartPolicyNever:
+		rp = r.rp
+	default:
+		r.lost = deletedStatus(&src.Status)
+		src.Status = *r.lost
+	}
+	p.mu.Unlock()
+	if rp != nil {
+		p.log.Warn("target pod deleted behind our back; creating it again", "pod", k)
+		go p.recreate(k, rp)
+		return
+	}
+	if notify := p.callback(); notify != nil {
+		notify(src)
+	}
+}
+
+// recreate creates the target pod of rp again, retrying while the pod is still
+// wanted (not deleted meanwhile).
+func (p *Provider) recreate(key string, rp *provider.ResolvedPod) {
+	backoff := 500 * time.Millisecond
+	for {
+		p.mu.Lock()
+		r := p.records[key]
+		wanted := r != nil && r.uid == rp.Pod.UID && !r.deleting
+		p.mu.Unlock()
+		if !wanted {
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+		err := p.create(ctx, rp)
+		cancel()
+		if err == nil {
+			return
+		}
+		p.log.Warn("re-creating target pod failed; retrying", "pod", key, "error", err, "in", backoff)
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
