@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // cpuSample is a cumulative CPU reading, to compute a rate from the next one.
@@ -191,59 +192,22 @@ func (p *Provider) GetStatsSummary(ctx context.Context) (*statsv1alpha1.Summary,
 // the same figures as GetStatsSummary.
 func (p *Provider) GetMetricsResource(ctx context.Context) ([]*dto.MetricFamily, error) {
 	pods, err := p.samplePods(ctx)
-	scrapeErr := 0.0
-	if err != nil {
-		scrapeErr, pods = 1, nil
+	scrapeErr := err != nil
+	if scrapeErr {
+		pods = nil
 	}
 	now := time.Now()
 	nu, _ := nodeUsage()
-	ts := ptr.To(now.UnixMilli())
-	family := func(name, help string, t dto.MetricType) *dto.MetricFamily {
-		return &dto.MetricFamily{Name: ptr.To(name), Help: ptr.To(help), Type: t.Enum()}
-	}
-	labels := func(kv ...string) []*dto.LabelPair {
-		out := make([]*dto.LabelPair, 0, len(kv)/2)
-		for i := 0; i < len(kv); i += 2 {
-			out = append(out, &dto.LabelPair{Name: ptr.To(kv[i]), Value: ptr.To(kv[i+1])})
-		}
-		return out
-	}
-	counter := func(l []*dto.LabelPair, v float64) *dto.Metric {
-		return &dto.Metric{Label: l, Counter: &dto.Counter{Value: ptr.To(v)}, TimestampMs: ts}
-	}
-	gauge := func(l []*dto.LabelPair, v float64) *dto.Metric {
-		return &dto.Metric{Label: l, Gauge: &dto.Gauge{Value: ptr.To(v)}, TimestampMs: ts}
-	}
-	seconds := func(n uint64) float64 { return float64(n) / 1e9 }
-
-	nodeCPU := family("node_cpu_usage_seconds_total", "Cumulative cpu time consumed by the node in core-seconds", dto.MetricType_COUNTER)
-	nodeCPU.Metric = []*dto.Metric{counter(nil, seconds(nu.coreNanos))}
-	nodeMem := family("node_memory_working_set_bytes", "Current working set of the node in bytes", dto.MetricType_GAUGE)
-	nodeMem.Metric = []*dto.Metric{gauge(nil, float64(nu.workingSet))}
-	podCPU := family("pod_cpu_usage_seconds_total", "Cumulative cpu time consumed by the pod in core-seconds", dto.MetricType_COUNTER)
-	podMem := family("pod_memory_working_set_bytes", "Current working set of the pod in bytes", dto.MetricType_GAUGE)
-	ctrCPU := family("container_cpu_usage_seconds_total", "Cumulative cpu time consumed by the container in core-seconds", dto.MetricType_COUNTER)
-	ctrMem := family("container_memory_working_set_bytes", "Current working set of the container in bytes", dto.MetricType_GAUGE)
-	ctrStart := family("container_start_time_seconds", "Start time of the container since unix epoch in seconds", dto.MetricType_GAUGE)
+	usage := make([]providerutil.PodUsage, 0, len(pods))
 	for _, ps := range pods {
-		podCPU.Metric = append(podCPU.Metric, counter(labels("namespace", ps.namespace, "pod", ps.name), seconds(ps.coreNanos)))
-		podMem.Metric = append(podMem.Metric, gauge(labels("namespace", ps.namespace, "pod", ps.name), float64(ps.workingSet)))
+		pu := providerutil.PodUsage{Namespace: ps.namespace, Name: ps.name,
+			CPUCoreNanos: ps.coreNanos, WorkingSetBytes: ps.workingSet}
 		for _, cs := range ps.containers {
-			l := func() []*dto.LabelPair {
-				return labels("container", cs.name, "namespace", ps.namespace, "pod", ps.name)
-			}
-			ctrCPU.Metric = append(ctrCPU.Metric, counter(l(), seconds(cs.coreNanos)))
-			ctrMem.Metric = append(ctrMem.Metric, gauge(l(), float64(cs.workingSet)))
-			ctrStart.Metric = append(ctrStart.Metric, gauge(l(), float64(cs.start.UnixNano())/1e9))
+			pu.Containers = append(pu.Containers, providerutil.ContainerUsage{Name: cs.name, Start: cs.start,
+				CPUCoreNanos: cs.coreNanos, WorkingSetBytes: cs.workingSet})
 		}
+		usage = append(usage, pu)
 	}
-	scrape := family("scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", dto.MetricType_GAUGE)
-	scrape.Metric = []*dto.Metric{{Gauge: &dto.Gauge{Value: ptr.To(scrapeErr)}}}
-	var out []*dto.MetricFamily
-	for _, f := range []*dto.MetricFamily{ctrCPU, ctrMem, ctrStart, nodeCPU, nodeMem, podCPU, podMem, scrape} {
-		if len(f.Metric) > 0 {
-			out = append(out, f)
-		}
-	}
-	return out, nil
+	node := providerutil.NodeUsage{CPUCoreNanos: nu.coreNanos, WorkingSetBytes: nu.workingSet}
+	return providerutil.ResourceMetrics(now, node, usage, scrapeErr), nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -165,54 +166,15 @@ func (p *Provider) GetStatsSummary(ctx context.Context) (*statsv1alpha1.Summary,
 // always 0.
 func (p *Provider) GetMetricsResource(ctx context.Context) ([]*dto.MetricFamily, error) {
 	n := p.sample()
-	ts := ptr.To(n.now.UnixMilli())
-	family := func(name, help string, t dto.MetricType) *dto.MetricFamily {
-		return &dto.MetricFamily{Name: ptr.To(name), Help: ptr.To(help), Type: t.Enum()}
-	}
-	labels := func(kv ...string) []*dto.LabelPair {
-		pairs := make([]*dto.LabelPair, 0, len(kv)/2)
-		for i := 0; i < len(kv); i += 2 {
-			pairs = append(pairs, &dto.LabelPair{Name: ptr.To(kv[i]), Value: ptr.To(kv[i+1])})
-		}
-		return pairs
-	}
-	counter := func(l []*dto.LabelPair, v float64) *dto.Metric {
-		return &dto.Metric{Label: l, Counter: &dto.Counter{Value: ptr.To(v)}, TimestampMs: ts}
-	}
-	gauge := func(l []*dto.LabelPair, v float64) *dto.Metric {
-		return &dto.Metric{Label: l, Gauge: &dto.Gauge{Value: ptr.To(v)}, TimestampMs: ts}
-	}
-	seconds := func(coreNanos uint64) float64 { return float64(coreNanos) / 1e9 }
-
-	nodeCPU := family("node_cpu_usage_seconds_total", "Cumulative cpu time consumed by the node in core-seconds", dto.MetricType_COUNTER)
-	nodeCPU.Metric = []*dto.Metric{counter(nil, seconds(n.coreNanos))}
-	nodeMem := family("node_memory_working_set_bytes", "Current working set of the node in bytes", dto.MetricType_GAUGE)
-	nodeMem.Metric = []*dto.Metric{gauge(nil, float64(n.workingSet))}
-	podCPU := family("pod_cpu_usage_seconds_total", "Cumulative cpu time consumed by the pod in core-seconds", dto.MetricType_COUNTER)
-	podMem := family("pod_memory_working_set_bytes", "Current working set of the pod in bytes", dto.MetricType_GAUGE)
-	ctrCPU := family("container_cpu_usage_seconds_total", "Cumulative cpu time consumed by the container in core-seconds", dto.MetricType_COUNTER)
-	ctrMem := family("container_memory_working_set_bytes", "Current working set of the container in bytes", dto.MetricType_GAUGE)
-	ctrStart := family("container_start_time_seconds", "Start time of the container since unix epoch in seconds", dto.MetricType_GAUGE)
+	pods := make([]providerutil.PodUsage, 0, len(n.pods))
 	for _, ps := range n.pods {
-		ns, name := ps.pod.Namespace, ps.pod.Name
-		podCPU.Metric = append(podCPU.Metric, counter(labels("namespace", ns, "pod", name), seconds(ps.coreNanos)))
-		podMem.Metric = append(podMem.Metric, gauge(labels("namespace", ns, "pod", name), float64(ps.workingSet)))
+		pu := providerutil.PodUsage{Namespace: ps.pod.Namespace, Name: ps.pod.Name,
+			CPUCoreNanos: ps.coreNanos, WorkingSetBytes: ps.workingSet}
 		for _, cs := range ps.containers {
-			l := func() []*dto.LabelPair { return labels("container", cs.name, "namespace", ns, "pod", name) }
-			ctrCPU.Metric = append(ctrCPU.Metric, counter(l(), seconds(cs.coreNanos)))
-			ctrMem.Metric = append(ctrMem.Metric, gauge(l(), float64(cs.workingSet)))
-			ctrStart.Metric = append(ctrStart.Metric, gauge(l(), float64(cs.start.UnixNano())/1e9))
+			pu.Containers = append(pu.Containers, providerutil.ContainerUsage{Name: cs.name, Start: cs.start,
+				CPUCoreNanos: cs.coreNanos, WorkingSetBytes: cs.workingSet})
 		}
+		pods = append(pods, pu)
 	}
-	scrapeErr := family("scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", dto.MetricType_GAUGE)
-	scrapeErr.Metric = []*dto.Metric{{Gauge: &dto.Gauge{Value: ptr.To(0.0)}}}
-
-	// Families with no sample (no pod running) are left out, as the kubelet does.
-	var out []*dto.MetricFamily
-	for _, f := range []*dto.MetricFamily{ctrCPU, ctrMem, ctrStart, nodeCPU, nodeMem, podCPU, podMem, scrapeErr} {
-		if len(f.Metric) > 0 {
-			out = append(out, f)
-		}
-	}
-	return out, nil
+	return providerutil.ResourceMetrics(n.now, providerutil.NodeUsage{CPUCoreNanos: n.coreNanos, WorkingSetBytes: n.workingSet}, pods, false), nil
 }
