@@ -95,7 +95,7 @@ type Node struct {
 
 // New builds the node: it connects to the API server and constructs the provider,
 // but starts nothing.
-func New(ctx context.Context, cfg Config) (*Node, error) {
+func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -104,7 +104,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	restCfg := cfg.RESTConfig
 	if restCfg == nil {
-		var err error
 		restCfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, nil).ClientConfig()
 		if err != nil {
@@ -144,6 +143,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("kubelet API port: %w", err)
 		}
 	}
+	defer func() {
+		if err != nil {
+			n.kubeletListener.Close()
+		}
+	}()
 	cfg.KubeletPort = int32(n.kubeletListener.Addr().(*net.TCPAddr).Port)
 	n.cfg.KubeletPort = cfg.KubeletPort
 
@@ -190,6 +194,8 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 	if n.cfg.MetricsAddr != "" {
 		l, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
+			cancel()
+			_ = g.Wait()
 			return fmt.Errorf("metrics endpoint: %w", err)
 		}
 		srv := &http.Server{Handler: n.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
