@@ -2,7 +2,6 @@ package cri
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,11 +14,11 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
-	"k8s.io/client-go/util/exec"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // runningContainerID returns the runtime ID of the current instance of the named
@@ -85,42 +84,7 @@ func stream(ctx context.Context, rawURL string, attach provider.AttachIO) error 
 	if err != nil {
 		return err
 	}
-	opts := remotecommand.StreamOptions{Tty: attach.TTY()}
-	if in := attach.Stdin(); in != nil {
-		opts.Stdin = in
-	}
-	if out := attach.Stdout(); out != nil {
-		opts.Stdout = out
-	}
-	if errw := attach.Stderr(); errw != nil && !attach.TTY() {
-		opts.Stderr = errw
-	}
-	if attach.TTY() && attach.Resize() != nil {
-		opts.TerminalSizeQueue = sizeQueue{ctx: ctx, ch: attach.Resize()}
-	}
-	err = executor.StreamWithContext(ctx, opts)
-	var exitErr exec.CodeExitError
-	if errors.As(err, &exitErr) {
-		return &provider.ExecError{ExitCode: exitErr.Code}
-	}
-	return err
-}
-
-type sizeQueue struct {
-	ctx context.Context
-	ch  <-chan provider.TermSize
-}
-
-func (q sizeQueue) Next() *remotecommand.TerminalSize {
-	select {
-	case s, ok := <-q.ch:
-		if !ok {
-			return nil
-		}
-		return &remotecommand.TerminalSize{Width: s.Width, Height: s.Height}
-	case <-q.ctx.Done():
-		return nil
-	}
+	return providerutil.ExecResult(executor.StreamWithContext(ctx, providerutil.StreamOptions(ctx, attach)))
 }
 
 // PortForward copies bytes between stream and port inside the pod's network

@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
-	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // target returns the target pod of source pod ns/name from the informer.
@@ -103,46 +103,12 @@ func (p *Provider) stream(ctx context.Context, namespace, pod, sub, container st
 	if err != nil {
 		return err
 	}
-	so := remotecommand.StreamOptions{Tty: attach.TTY()}
-	if stdin != nil {
-		so.Stdin = stdin
-	}
-	if stdout != nil {
-		so.Stdout = stdout
-	}
-	if stderr != nil {
-		so.Stderr = stderr
-	}
-	if attach.TTY() && attach.Resize() != nil {
-		so.TerminalSizeQueue = sizeQueue{ctx: ctx, ch: attach.Resize()}
-	}
-	err = exec.StreamWithContext(ctx, so)
-	var exitErr utilexec.ExitError
-	if errors.As(err, &exitErr) && exitErr.Exited() {
-		return &provider.ExecError{ExitCode: exitErr.ExitStatus()}
-	}
-	if err != nil {
+	err = providerutil.ExecResult(exec.StreamWithContext(ctx, providerutil.StreamOptions(ctx, attach)))
+	var exitErr *provider.ExecError
+	if err != nil && !errors.As(err, &exitErr) {
 		return fmt.Errorf("%s in %s/%s: %w", sub, namespace, pod, err)
 	}
-	return nil
-}
-
-// sizeQueue adapts AttachIO.Resize to remotecommand.TerminalSizeQueue.
-type sizeQueue struct {
-	ctx context.Context
-	ch  <-chan provider.TermSize
-}
-
-func (q sizeQueue) Next() *remotecommand.TerminalSize {
-	select {
-	case <-q.ctx.Done():
-		return nil
-	case s, ok := <-q.ch:
-		if !ok {
-			return nil
-		}
-		return &remotecommand.TerminalSize{Width: s.Width, Height: s.Height}
-	}
+	return err
 }
 
 // PortForward connects stream to port of the target pod (pods/portforward, SPDY).
