@@ -31,6 +31,10 @@ type fixture struct {
 	p      *Provider
 	mu     sync.Mutex
 	events []*corev1.Pod
+	// onCreate, when set, runs before the fake handles a create. The
+	// fake's reactor chain may not be changed once informers are running
+	// (PrependReactor does not lock), so tests set this instead.
+	onCreate k8stesting.ReactionFunc
 }
 
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
@@ -39,6 +43,14 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	// The fake assigns no UIDs; owner references and preconditions need them.
 	n := 0
 	f.client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		f.mu.Lock()
+		hook := f.onCreate
+		f.mu.Unlock()
+		if hook != nil {
+			if handled, obj, err := hook(a); handled {
+				return handled, obj, err
+			}
+		}
 		if o, ok := a.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && o.GetUID() == "" {
 			n++
 			o.SetUID(types.UID(fmt.Sprintf("target-uid-%d", n)))
@@ -325,14 +337,16 @@ func TestNamespaceDeletedInTheTargetIsMadeAgain(t *testing.T) {
 	if err := f.client.CoreV1().Namespaces().Delete(ctx, "shop-east", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	f.mu.Lock()
+	f.onCreate = func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetNamespace() == "shop-east" {
 			if _, err := f.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("namespaces"), "", "shop-east"); err != nil {
 				return true, nil, apierrors.NewNotFound(corev1.Resource("namespaces"), "shop-east")
 			}
 		}
 		return false, nil, nil
-	})
+	}
+	f.mu.Unlock()
 	other := sourcePod()
 	other.Name, other.UID = "web-2", "uid-2"
 	err := f.p.CreateResolvedPod(ctx, resolved(other))
