@@ -10,6 +10,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -238,29 +239,94 @@ func forEach(ctx context.Context, cfg Config, n int, fn func(i int) error) error
 
 // measureCeiling does what a node agent must at least do per pod start — the
 // scheduler's bound create aside, one status write — with a plain client, and
-// returns pods per second. The pods are removed afterwards.
+// returns pods per second. Completion is observed the way the node agent's is: by
+// the same kind of observer, watching for Running, so both figures include the
+// cost of the measuring watch. The status written is the one a kubelet writes for
+// a started one-container pod (conditions, container status, addresses, start
+// time), not a token one, so the API server does comparable work per write. The
+// pods are removed afterwards.
 func measureCeiling(ctx context.Context, c kubernetes.Interface, cfg Config) (float64, error) {
 	ns := "bench-ceiling-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return 0, err
 	}
 	defer c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	status := []byte(`{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}`)
-	start := time.Now()
-	err := forEach(ctx, cfg, cfg.Pods, func(i int) error {
-		name := "p-" + strconv.Itoa(i)
-		if _, err := c.CoreV1().Pods(ns).Create(ctx, benchPod(name, "bench-ceiling"), metav1.CreateOptions{}); err != nil {
-			return err
+	obs := observe(c, ns)
+	defer close(obs.stop)
+	// Pipelined like a node: creators hand each created pod to a pool of status
+	// writers, as the scheduler's binds reach a kubelet's workers, so the API
+	// server has creates and status writes in flight at once.
+	created := make(chan *corev1.Pod, cfg.Pods)
+	writeErr := make(chan error, 1)
+	var writers sync.WaitGroup
+	for w := 0; w < cfg.Concurrency; w++ {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for p := range created {
+				patch, err := runningStatusPatch(p, time.Now())
+				if err == nil {
+					_, err = c.CoreV1().Pods(ns).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+				}
+				if err != nil {
+					select {
+					case writeErr <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	asked, err := timed(ctx, cfg, func(name string) error {
+		p, err := c.CoreV1().Pods(ns).Create(ctx, benchPod(name, "bench-ceiling"), metav1.CreateOptions{})
+		if err == nil {
+			created <- p
 		}
-		_, err := c.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status")
 		return err
 	})
+	close(created)
+	writers.Wait()
+	if err == nil {
+		select {
+		case err = <-writeErr:
+		default:
+		}
+	}
 	if err != nil {
 		return 0, err
 	}
-	rate := float64(cfg.Pods) / time.Since(start).Seconds()
+	if err := obs.waitFor(ctx, obs.running, cfg.Pods, podTimeout(cfg.Pods), "Running"); err != nil {
+		return 0, err
+	}
+	_, span := obs.latencies(asked, obs.running)
 	_ = c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	return rate, nil
+	return float64(cfg.Pods) / span.Seconds(), nil
+}
+
+// runningStatusPatch is the status write that takes a just-created pod to Running
+// as a kubelet would report it: the four standard conditions, one running
+// container per spec container, host and pod addresses, start time.
+func runningStatusPatch(p *corev1.Pod, now time.Time) ([]byte, error) {
+	t := metav1.NewTime(now.Truncate(time.Second))
+	st := corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		HostIP:    "10.0.0.1",
+		HostIPs:   []corev1.HostIP{{IP: "10.0.0.1"}},
+		PodIP:     "10.0.0.2",
+		PodIPs:    []corev1.PodIP{{IP: "10.0.0.2"}},
+		StartTime: &t,
+	}
+	for _, typ := range []corev1.PodConditionType{corev1.PodInitialized, corev1.PodReady, corev1.ContainersReady, corev1.PodScheduled} {
+		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, LastTransitionTime: t})
+	}
+	for _, ctr := range p.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image, Ready: true, Started: ptr.To(true),
+			ContainerID: "bench://" + string(p.UID) + "/" + ctr.Name,
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}},
+		})
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID}, "status": st})
 }
 
 // observer records, from an informer on the benchmark's namespace, when each pod was
