@@ -14,7 +14,8 @@ import (
 // PodLifecycleHandler is the one interface every provider implements.
 //
 // Shared rules for all methods:
-//   - Pods passed in are owned by the caller: a provider that keeps one must DeepCopy it.
+//   - Pods passed in are copies made for the call: the caller keeps no reference, so
+//     a provider may keep them, and change them, without copying.
 //   - Pods and statuses returned are owned by the caller from then on: return copies,
 //     never objects the provider will go on mutating.
 //   - Errors should be classified with errdefs (NotFound, InvalidInput, Unavailable);

@@ -10,6 +10,10 @@ import (
 // before starting it, so that a provider can run it without API access of its own.
 // The pod controller builds it (package resolve) before every CreatePod/UpdatePod of
 // a provider that implements ResolvedPodHandler.
+//
+// Pod is the provider's, like a pod passed to CreatePod. Env, Volumes and
+// PullCredentials are shared with the controller, which keeps them to compare
+// with later resolutions: a provider may keep them but must not change them.
 type ResolvedPod struct {
 	Pod *corev1.Pod
 

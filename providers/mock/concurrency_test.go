@@ -72,13 +72,15 @@ func TestConcurrentUse(t *testing.T) {
 			for w := range workers {
 				work.Go(func() {
 					// Every worker creates the shared pod: it must be created once.
-					if err := p.CreatePod(ctx, shared); err != nil {
+					// Each call passes its own copy: a pod passed in is the
+					// provider's from then on (provider contract).
+					if err := p.CreatePod(ctx, shared.DeepCopy()); err != nil {
 						t.Errorf("CreatePod shared: %v", err)
 					}
 					for i := range tc.perWorker {
 						name := fmt.Sprintf("pod-%d-%d", w, i)
 						pod := testPod(name, types.UID(name))
-						if err := p.CreatePod(ctx, pod); err != nil {
+						if err := p.CreatePod(ctx, pod.DeepCopy()); err != nil {
 							t.Errorf("CreatePod %s: %v", name, err)
 							return
 						}
@@ -86,17 +88,17 @@ func TestConcurrentUse(t *testing.T) {
 							t.Errorf("GetPodStatus %s: %v", name, err)
 						}
 						pod.Labels = map[string]string{"updated": "yes"}
-						if err := p.UpdatePod(ctx, pod); err != nil {
+						if err := p.UpdatePod(ctx, pod.DeepCopy()); err != nil {
 							t.Errorf("UpdatePod %s: %v", name, err)
 						}
-						if err := p.DeletePod(ctx, pod); err != nil {
+						if err := p.DeletePod(ctx, pod.DeepCopy()); err != nil {
 							t.Errorf("DeletePod %s: %v", name, err)
 						}
 					}
 				})
 			}
 			work.Wait()
-			if err := p.DeletePod(ctx, shared); err != nil {
+			if err := p.DeletePod(ctx, shared.DeepCopy()); err != nil {
 				t.Errorf("DeletePod shared: %v", err)
 			}
 			close(done)

@@ -251,7 +251,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return p.save()
 	}
 	rec := &podRecord{
-		pod:     pod.DeepCopy(),
+		pod:     pod, // the caller's copy is ours (provider contract)
 		hostIP:  p.hostIP,
 		created: now,
 		running: now.Add(p.cfg.StartDelay.Duration),
@@ -290,7 +290,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		return notFound(pod.Namespace, pod.Name)
 	}
 	rec := *old
-	rec.pod = pod.DeepCopy()
+	rec.pod = pod
 	p.pods[key] = &rec
 	p.version++
 	if p.sched != nil {
@@ -326,7 +326,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return notFound(pod.Namespace, pod.Name)
 	}
 	rec := *old
-	rec.pod = pod.DeepCopy()
+	rec.pod = pod
 	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
 	if !rec.deleting() {
 		rec.deleted = now

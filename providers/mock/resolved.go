@@ -46,10 +46,11 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 	return nil
 }
 
-// keepResolved stores a copy of rp; with volumesOnly, only its volumes replace the
-// kept ones.
+// keepResolved stores rp, without copying: its pod is the one CreatePod or
+// UpdatePod kept, and its environment and volumes are read-only for everyone
+// (provider contract). With volumesOnly, only its volumes replace the kept ones.
 func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
-	c := copyResolved(rp)
+	c := rp
 	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	defer p.mu.Unlock()
