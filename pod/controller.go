@@ -11,20 +11,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -71,8 +68,8 @@ type Controller struct {
 	resolver *resolve.Resolver
 
 	informers informers.SharedInformerFactory
-	// podLister reads pods bound to our node from the informer's cache.
-	podLister  corelisters.PodLister
+	// pods reads pods bound to our node from the informer's cache.
+	pods       podCache
 	podsSynced cache.InformerSynced
 
 	// syncQueue: pods to create or update in the provider.
@@ -123,8 +120,8 @@ func NewController(cfg Config) (*Controller, error) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 		}))
 	podInformer := factory.Core().V1().Pods()
-	// Managed fields are never read; a node with thousands of pods keeps less.
-	if err := podInformer.Informer().SetTransform(cacheutil.StripManagedFields); err != nil {
+	// The cache keeps pods encoded: a node with thousands of pods keeps less.
+	if err := podInformer.Informer().SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
 
@@ -133,7 +130,7 @@ func NewController(cfg Config) (*Controller, error) {
 		nodeName:     cfg.NodeName,
 		provider:     cfg.Provider,
 		informers:    factory,
-		podLister:    podInformer.Lister(),
+		pods:         podCache{indexer: podInformer.Informer().GetIndexer()},
 		podsSynced:   podInformer.Informer().HasSynced,
 		state:        newStateStore(),
 		recorder:     cfg.Recorder,
@@ -255,11 +252,11 @@ func (c *Controller) processNextWorkItem(ctx context.Context, q workqueue.TypedR
 
 // handlePod routes an added or updated pod to the right queue.
 func (c *Controller) handlePod(obj any) {
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*cachedPod)
 	if !ok {
 		return
 	}
-	key := keyOf(p)
+	key := p.key()
 	if p.DeletionTimestamp != nil {
 		c.deleteQueue.Add(key)
 		return
@@ -272,11 +269,11 @@ func (c *Controller) handleDeletedPod(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*cachedPod)
 	if !ok {
 		return
 	}
-	c.deleteQueue.Add(keyOf(p))
+	c.deleteQueue.Add(p.key())
 }
 
 // handleReferenceChange is the resolver's callback: an object the pod references
@@ -310,7 +307,7 @@ func (c *Controller) handleProviderPod(p *corev1.Pod) {
 	})
 	c.statusQueue.Add(key)
 	// A deleting pod waits for the provider to confirm it stopped: this may be it.
-	if apiPod, err := c.podLister.Pods(p.Namespace).Get(p.Name); err == nil && apiPod.DeletionTimestamp != nil {
+	if apiPod, err := c.pods.getCached(p.Namespace, p.Name); err == nil && apiPod.DeletionTimestamp != nil {
 		c.deleteQueue.Add(key)
 	}
 }
@@ -325,13 +322,9 @@ func (c *Controller) pollStatuses(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		pods, err := c.podLister.List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		for _, p := range pods {
-			if !isTerminal(&p.Status) || p.DeletionTimestamp != nil {
-				c.statusQueue.Add(keyOf(p))
+		for _, p := range c.pods.list() {
+			if !p.terminal || p.DeletionTimestamp != nil {
+				c.statusQueue.Add(p.key())
 			}
 		}
 	}

@@ -173,7 +173,7 @@ func (f *fixture) waitCached(key string, ok func(*corev1.Pod) bool) {
 	ns, name, _ := strings.Cut(key, "/")
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if p, err := f.c.podLister.Pods(ns).Get(name); err == nil && ok(p) {
+		if p, _, err := f.c.pods.get(ns, name); err == nil && ok(p) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -24,7 +24,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
-	p, err := c.podLister.Pods(ns).Get(name)
+	p, _, err := c.pods.get(ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -48,7 +48,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) error {
 			// The provider lost the pod: the sync handler starts it again or, if
 			// its restart policy forbids that, marks it failed.
 			c.log.Warn("provider no longer has the pod", "pod", key)
-			c.state.update(key, func(s *podState) { s.providerUID, s.applied = "", nil })
+			c.state.update(key, func(s *podState) { s.providerUID = "" })
 			c.syncQueue.Add(key)
 			return nil
 		}
@@ -56,7 +56,19 @@ func (c *Controller) statusHandler(ctx context.Context, key string) error {
 			return fmt.Errorf("GetPodStatus %s: %w", key, err)
 		}
 	}
-	return c.writeStatus(ctx, p, status)
+	if err := c.writeStatus(ctx, p, status); err != nil {
+		return err
+	}
+	if st.notified != nil {
+		// Written: from now on GetPodStatus answers for the provider, so the
+		// notified copy is not kept for the pod's whole life.
+		c.state.updateIfExists(key, func(s *podState) {
+			if s.notified == st.notified {
+				s.notified = nil
+			}
+		})
+	}
+	return nil
 }
 
 // writeStatus patches the status subresource of p with what the provider reports,
@@ -90,11 +102,11 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 		return nil
 	}
 	st := c.state.get(key)
-	p, err := c.podLister.Pods(ns).Get(name)
+	p, _, err := c.pods.get(ns, name)
 	if apierrors.IsNotFound(err) {
 		// Gone from the API (force-deleted, or deleted while we were away): the
 		// provider must not keep running it.
-		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
 			return err
 		}
 		c.forget(key)
@@ -108,7 +120,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) error {
 	}
 	if st.providerUID != "" && st.providerUID != p.UID {
 		// An earlier pod of the same name still runs in the provider.
-		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
 			return err
 		}
 		c.forget(key)
@@ -206,12 +218,18 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 	for _, pp := range pods {
 		key := keyOf(pp)
 		uid := pp.UID
-		apiPod, err := c.podLister.Pods(pp.Namespace).Get(pp.Name)
+		apiPod, err := c.pods.getCached(pp.Namespace, pp.Name)
 		if uid == "" && err == nil {
 			uid = apiPod.UID // a provider that keeps no UIDs runs the pod the API has
 		}
+		// What the provider runs is what it was last given, as far as the sync
+		// handler's comparison with the API pod goes.
+		last, cerr := compact(pp)
+		if cerr != nil {
+			return fmt.Errorf("pod controller: %w", cerr)
+		}
 		c.state.update(key, func(s *podState) {
-			s.providerUID, s.lastPod, s.applied = uid, pp, updatableOf(pp)
+			s.providerUID, s.lastPod = uid, last
 			// Its volume files are unknown: the first sync resolves them, which
 			// also starts watching what they come from.
 			s.volumesStale = true

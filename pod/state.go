@@ -16,14 +16,15 @@ type podState struct {
 	// providerUID is the UID of the incarnation the provider runs under this key,
 	// empty if the provider has none.
 	providerUID types.UID
-	// applied is the updatable part of the pod last accepted by CreatePod/UpdatePod.
-	applied *updatable
-	// lastPod is the last pod object handed to or received from the provider, used to
-	// call DeletePod once the API object is gone.
-	lastPod *corev1.Pod
+	// lastPod is the pod last accepted by CreatePod/UpdatePod (or found in the
+	// provider at start), or a later API object that differs from it in nothing
+	// updatable. The sync handler compares the API pod with it to decide on
+	// UpdatePod, and DeletePod is called with it once the API object is gone.
+	lastPod *cachedPod
 	// deleteRequested is the UID for which DeletePod has succeeded.
 	deleteRequested types.UID
-	// notified is the latest status pushed by a PodNotifier for providerUID.
+	// notified is the latest status pushed by a PodNotifier for providerUID, until
+	// it is written to the API.
 	notified *corev1.PodStatus
 	// env is the environment the provider started the pod with: like the kubelet's,
 	// it stays fixed for the pod's life. Nil for plain providers and after a restart.

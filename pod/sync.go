@@ -41,7 +41,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	if err != nil {
 		return nil // a malformed key never becomes valid
 	}
-	p, err := c.podLister.Pods(ns).Get(name)
+	p, cached, err := c.pods.get(ns, name)
 	if apierrors.IsNotFound(err) {
 		c.deleteQueue.Add(key)
 		return nil
@@ -60,7 +60,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	st := c.state.get(key)
 	if st.providerUID != "" && st.providerUID != p.UID {
 		// The provider still runs an earlier pod of this name: stop it first.
-		if err := c.deleteFromProvider(ctx, st.lastPod); err != nil {
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
 			return err
 		}
 		c.forget(key)
@@ -74,20 +74,46 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 			// would not start it again either.
 			return c.markLost(ctx, p)
 		}
-		return c.createInProvider(ctx, key, p)
+		return c.createInProvider(ctx, key, p, cached)
 	}
 
-	want := updatableOf(p)
-	if st.applied != nil && st.applied.equal(want) {
+	unchanged, err := sameUpdatable(st.lastPod, cached, p)
+	if err != nil {
+		return err
+	}
+	if unchanged {
+		if st.lastPod != cached {
+			// Point at the informer's current object, so the one it replaced can
+			// be freed: a pod costs one cached object, not two.
+			c.state.update(key, func(s *podState) { s.lastPod = cached })
+		}
 		return c.refreshVolumes(ctx, key, p, st)
 	}
-	return c.updateInProvider(ctx, key, p, st, want)
+	return c.updateInProvider(ctx, key, p, cached, st)
+}
+
+// sameUpdatable reports whether p (cached in the informer as cached) differs from
+// last, the pod last handed to the provider, in nothing the provider must hear
+// about. The same cached object is the same pod; otherwise last is decoded and
+// compared, which happens once per change of the API object.
+func sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool, error) {
+	if last == nil {
+		return false, nil
+	}
+	if last == cached {
+		return true, nil
+	}
+	lp, err := last.pod()
+	if err != nil {
+		return false, err
+	}
+	return updatableOf(lp).equal(updatableOf(p)), nil
 }
 
 // createInProvider resolves the pod and hands it to the provider. A pod whose
 // mandatory references are missing is not handed over: it waits, as the kubelet's
 // would, until the resolver reports that what it lacks has appeared.
-func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod) error {
+func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod) error {
 	var rp *provider.ResolvedPod
 	var err error
 	if c.resolvedHandler != nil {
@@ -108,8 +134,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		return err
 	}
 	c.state.update(key, func(s *podState) {
-		// p is the informer's object, never mutated: keeping the pointer costs nothing.
-		s.providerUID, s.applied, s.lastPod = p.UID, updatableOf(p), p
+		s.providerUID, s.lastPod = p.UID, cached
 		s.deleteRequested, s.notified = "", nil
 		s.env, s.volumes, s.volumesStale = nil, nil, false
 		if rp != nil {
@@ -128,7 +153,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 // updateInProvider tells the provider about a change of an updatable field. A
 // resolving provider gets the pod re-resolved, but with the environment it started
 // with: the kubelet does not change the environment of a running container either.
-func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, st podState, want *updatable) error {
+func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod, st podState) error {
 	var rp *provider.ResolvedPod
 	if c.resolvedHandler != nil {
 		var err error
@@ -150,7 +175,7 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 		return err
 	}
 	c.state.update(key, func(s *podState) {
-		s.applied, s.lastPod = want, p
+		s.lastPod = cached
 		if rp != nil {
 			s.env, s.volumes, s.volumesStale = rp.Env, rp.Volumes, false
 		}
@@ -269,6 +294,19 @@ func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) error {
 		status.ContainerStatuses = append(status.ContainerStatuses, cs)
 	}
 	return c.writeStatus(ctx, p, status)
+}
+
+// deleteLastFromProvider stops, by deleteFromProvider, the pod last seen under a
+// key: the API has no pod of that incarnation any more.
+func (c *Controller) deleteLastFromProvider(ctx context.Context, last *cachedPod) error {
+	if last == nil {
+		return nil
+	}
+	p, err := last.pod()
+	if err != nil {
+		return err
+	}
+	return c.deleteFromProvider(ctx, p)
 }
 
 // deleteFromProvider stops p in the provider; a provider that no longer has it has

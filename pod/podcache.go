@@ -1,0 +1,125 @@
+package pod
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+)
+
+// cachedPod is what the pod informer keeps of a pod bound to the node: the few
+// fields the event handlers and queues look at, and the whole pod as its protobuf
+// encoding, decoded when a handler needs it. A decoded pod takes about 4 KiB of
+// heap and its encoding well under 1 KiB (vkubelet bench), and a node agent holds
+// every pod of its node for the pod's whole life, so the node's memory grows by the
+// encoding, not by the decoded object. Decoding costs microseconds, once per sync.
+//
+// A cachedPod never changes once made: the informer replaces it on every update.
+type cachedPod struct {
+	// ObjectMeta holds only Namespace, Name, UID, ResourceVersion (the informer's
+	// bookkeeping) and DeletionTimestamp.
+	metav1.ObjectMeta
+	// terminal is true when the pod's phase is Succeeded or Failed.
+	terminal bool
+	raw      []byte
+}
+
+var _ runtime.Object = &cachedPod{}
+
+// GetObjectKind implements runtime.Object; a cachedPod is never serialized.
+func (c *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object. raw is shared: it is never written.
+func (c *cachedPod) DeepCopyObject() runtime.Object {
+	out := *c
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// pod decodes the whole pod. The result is the caller's.
+func (c *cachedPod) pod() (*corev1.Pod, error) {
+	p := &corev1.Pod{}
+	if err := p.Unmarshal(c.raw); err != nil {
+		return nil, fmt.Errorf("decoding cached pod %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return p, nil
+}
+
+// key is the pod's namespace/name.
+func (c *cachedPod) key() string { return c.Namespace + "/" + c.Name }
+
+// compact turns a pod into a cachedPod, without its managed fields, which
+// vkubelet never reads.
+func compact(p *corev1.Pod) (*cachedPod, error) {
+	p.ManagedFields = nil // the informer's freshly decoded object: ours to change
+	raw, err := p.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return &cachedPod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		terminal: isTerminal(&p.Status),
+		raw:      raw,
+	}, nil
+}
+
+// compactTransform is the pod informer's transform: every pod it receives is
+// stored, and handed to the event handlers, as a *cachedPod. Anything else (a
+// tombstone carries an object already transformed) passes unchanged.
+func compactTransform(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return compact(p)
+	}
+	return obj, nil
+}
+
+// podCache reads the informer's cachedPods.
+type podCache struct {
+	indexer cache.Indexer
+}
+
+// getCached returns the cachedPod of namespace/name, or a NotFound error.
+func (pc podCache) getCached(namespace, name string) (*cachedPod, error) {
+	obj, exists, err := pc.indexer.GetByKey(namespace + "/" + name)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+	}
+	cp, ok := obj.(*cachedPod)
+	if !ok {
+		return nil, fmt.Errorf("pod cache holds a %T for %s/%s", obj, namespace, name)
+	}
+	return cp, nil
+}
+
+// get returns the decoded pod namespace/name and its cachedPod, or a NotFound
+// error. The pod is the caller's own copy.
+func (pc podCache) get(namespace, name string) (*corev1.Pod, *cachedPod, error) {
+	cp, err := pc.getCached(namespace, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := cp.pod()
+	return p, cp, err
+}
+
+// list returns every cachedPod.
+func (pc podCache) list() []*cachedPod {
+	objs := pc.indexer.List()
+	out := make([]*cachedPod, 0, len(objs))
+	for _, obj := range objs {
+		if cp, ok := obj.(*cachedPod); ok {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
