@@ -19,8 +19,9 @@ import (
 
 // Versions of the components vkubelet builds. They must match buildmod/*/go.mod.txt.
 const (
-	KubernetesVersion = "v1.37.1"
-	EtcdVersion       = "v3.7.3"
+	KubernetesVersion    = "v1.37.1"
+	EtcdVersion          = "v3.7.3"
+	MetricsServerVersion = "v0.9.0"
 )
 
 // buildmod holds one small Go module per component family, stored as .txt so that
@@ -47,6 +48,7 @@ type component struct {
 	ldflags  string
 }
 
+// components are the control plane's binaries, which EnsureBinaries builds.
 var components = []component{
 	{
 		name:    "kubernetes",
@@ -69,6 +71,16 @@ var components = []component{
 		packages: []string{"go.etcd.io/etcd/server/v3"},
 		ldflags:  "-s -w",
 	},
+}
+
+// metricsServer serves metrics.k8s.io (kubectl top) for `vkubelet up`; only
+// EnsureMetricsServer builds it, so control planes without it never wait for it.
+var metricsServer = component{
+	name:     "metrics-server",
+	version:  MetricsServerVersion,
+	packages: []string{"sigs.k8s.io/metrics-server/cmd/metrics-server"},
+	// Where metrics-server's own release build puts its version.
+	ldflags: "-s -w -X k8s.io/client-go/pkg/version.gitVersion=" + MetricsServerVersion,
 }
 
 // CacheDir is where built binaries live: $VKUBELET_CACHE, else
@@ -115,6 +127,24 @@ func EnsureBinaries(ctx context.Context, out io.Writer) (*Binaries, error) {
 		ControllerManager: filepath.Join(k, "kube-controller-manager"),
 		Kubectl:           filepath.Join(k, "kubectl"),
 	}, nil
+}
+
+// EnsureMetricsServer returns the path of the metrics-server binary, building it
+// first if the cache lacks it, with the progress reporting and locking of
+// EnsureBinaries.
+func EnsureMetricsServer(ctx context.Context, out io.Writer) (string, error) {
+	if out == nil {
+		out = io.Discard
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir, err := metricsServer.ensure(ctx, cache, out)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "metrics-server"), nil
 }
 
 // key names the cache entry: the version plus a hash of the build module, so that a
