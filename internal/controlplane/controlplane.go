@@ -253,6 +253,18 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 		"--kubelet-client-key=" + cp.PKI.KubeletClientKey,
 		"--kubelet-certificate-authority=" + cp.PKI.CACert,
 		"--kubelet-preferred-address-types=InternalIP",
+		// The aggregation layer (metrics.k8s.io from metrics-server, see
+		// StartMetricsServer): the API server proxies with the front-proxy client
+		// certificate, passing the caller in request headers, and dials the
+		// Service's endpoint itself, as there is no kube-proxy for its ClusterIP.
+		"--requestheader-client-ca-file=" + cp.PKI.FrontProxyCACert,
+		"--requestheader-allowed-names=" + frontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + cp.PKI.FrontProxyClientCert,
+		"--proxy-client-key-file=" + cp.PKI.FrontProxyClientKey,
+		"--enable-aggregator-routing=true",
 		"--allow-privileged=true",
 		"--profiling=false",
 	}

@@ -32,6 +32,16 @@ type PKI struct {
 	ControllerManagerCert, ControllerManagerKey string
 
 	ServiceAccountKey, ServiceAccountPub string // signs and verifies service-account tokens
+
+	// FrontProxyCACert/Key is the CA of the API server's aggregation layer: an
+	// aggregated API server (metrics-server) believes the X-Remote-User headers of
+	// a request only from a client certificate signed by it, FrontProxyClientCert
+	// (CN front-proxy-client), which kube-apiserver presents when it proxies.
+	FrontProxyCACert, FrontProxyCAKey         string
+	FrontProxyClientCert, FrontProxyClientKey string
+
+	dir string
+	ca  *keyPair // kept to sign the certificates of components started later
 }
 
 type keyPair struct {
@@ -53,36 +63,44 @@ func generatePKI(dir string) (*PKI, error) {
 		SchedulerCert: p("scheduler.crt"), SchedulerKey: p("scheduler.key"),
 		ControllerManagerCert: p("controller-manager.crt"), ControllerManagerKey: p("controller-manager.key"),
 		ServiceAccountKey: p("sa.key"), ServiceAccountPub: p("sa.pub"),
+		FrontProxyCACert: p("front-proxy-ca.crt"), FrontProxyCAKey: p("front-proxy-ca.key"),
+		FrontProxyClientCert: p("front-proxy-client.crt"), FrontProxyClientKey: p("front-proxy-client.key"),
+		dir: dir,
 	}
 
-	ca, err := newCA("vkubelet-local-ca")
+	var err error
+	if pki.ca, err = newCA("vkubelet-local-ca"); err != nil {
+		return nil, err
+	}
+	if err := writePair(pki.ca, pki.CACert, pki.CAKey); err != nil {
+		return nil, err
+	}
+	frontProxyCA, err := newCA("vkubelet-front-proxy-ca")
 	if err != nil {
 		return nil, err
 	}
-	if err := writePair(ca, pki.CACert, pki.CAKey); err != nil {
+	if err := writePair(frontProxyCA, pki.FrontProxyCACert, pki.FrontProxyCAKey); err != nil {
 		return nil, err
 	}
 	leaves := []struct {
+		ca        *keyPair
 		cert, key string
 		subject   pkix.Name
 		server    bool
 		ips       []net.IP
 		dns       []string
 	}{
-		{pki.APIServerCert, pki.APIServerKey, pkix.Name{CommonName: "kube-apiserver"}, true,
+		{pki.ca, pki.APIServerCert, pki.APIServerKey, pkix.Name{CommonName: "kube-apiserver"}, true,
 			[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(serviceClusterIP)},
 			[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
-		{pki.AdminCert, pki.AdminKey, pkix.Name{CommonName: "vkubelet-admin", Organization: []string{"system:masters"}}, false, nil, nil},
-		{pki.KubeletClientCert, pki.KubeletClientKey, pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, false, nil, nil},
-		{pki.SchedulerCert, pki.SchedulerKey, pkix.Name{CommonName: "system:kube-scheduler"}, false, nil, nil},
-		{pki.ControllerManagerCert, pki.ControllerManagerKey, pkix.Name{CommonName: "system:kube-controller-manager"}, false, nil, nil},
+		{pki.ca, pki.AdminCert, pki.AdminKey, pkix.Name{CommonName: "vkubelet-admin", Organization: []string{"system:masters"}}, false, nil, nil},
+		{pki.ca, pki.KubeletClientCert, pki.KubeletClientKey, pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, false, nil, nil},
+		{pki.ca, pki.SchedulerCert, pki.SchedulerKey, pkix.Name{CommonName: "system:kube-scheduler"}, false, nil, nil},
+		{pki.ca, pki.ControllerManagerCert, pki.ControllerManagerKey, pkix.Name{CommonName: "system:kube-controller-manager"}, false, nil, nil},
+		{frontProxyCA, pki.FrontProxyClientCert, pki.FrontProxyClientKey, pkix.Name{CommonName: frontProxyClientName}, false, nil, nil},
 	}
 	for _, l := range leaves {
-		kp, err := ca.sign(l.subject, l.server, l.ips, l.dns)
-		if err != nil {
-			return nil, fmt.Errorf("signing %s: %w", l.subject.CommonName, err)
-		}
-		if err := writePair(kp, l.cert, l.key); err != nil {
+		if err := issue(l.ca, l.cert, l.key, l.subject, l.server, l.ips, l.dns); err != nil {
 			return nil, err
 		}
 	}
@@ -102,6 +120,33 @@ func generatePKI(dir string) (*PKI, error) {
 		return nil, err
 	}
 	return pki, nil
+}
+
+// frontProxyClientName is the CN of FrontProxyClientCert, the one name aggregated
+// API servers accept request headers from (--requestheader-allowed-names).
+const frontProxyClientName = "front-proxy-client"
+
+// issue writes a certificate and key signed by ca.
+func issue(ca *keyPair, certPath, keyPath string, subject pkix.Name, server bool, ips []net.IP, dns []string) error {
+	kp, err := ca.sign(subject, server, ips, dns)
+	if err != nil {
+		return fmt.Errorf("signing %s: %w", subject.CommonName, err)
+	}
+	return writePair(kp, certPath, keyPath)
+}
+
+// issueClient writes a client certificate of the cluster CA for user (and groups)
+// into the PKI directory as <name>.crt and <name>.key, and returns their paths.
+func (p *PKI) issueClient(name, user string, groups ...string) (cert, key string, err error) {
+	cert, key = filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
+	return cert, key, issue(p.ca, cert, key, pkix.Name{CommonName: user, Organization: groups}, false, nil, nil)
+}
+
+// issueServing writes a serving certificate of the cluster CA for the given
+// addresses and DNS names as <name>.crt and <name>.key, and returns their paths.
+func (p *PKI) issueServing(name string, ips []net.IP, dns []string) (cert, key string, err error) {
+	cert, key = filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
+	return cert, key, issue(p.ca, cert, key, pkix.Name{CommonName: name}, true, ips, dns)
 }
 
 func newCA(cn string) (*keyPair, error) {
