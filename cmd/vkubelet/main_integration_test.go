@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/netns"
 	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
@@ -242,11 +243,12 @@ func podsOf(t *testing.T, c kubernetes.Interface, ns string) []corev1.Pod {
 
 // upProcess is a running `vkubelet up` and a client of its cluster.
 type upProcess struct {
-	cmd    *exec.Cmd
-	dir    string
-	client kubernetes.Interface
-	stderr *lockedBuffer
-	lines  chan string
+	cmd        *exec.Cmd
+	dir        string
+	kubeconfig string
+	client     kubernetes.Interface
+	stderr     *lockedBuffer
+	lines      chan string
 }
 
 // lockedBuffer collects a child's output while the test reads it.
@@ -299,6 +301,7 @@ func startUp(t *testing.T, args ...string) *upProcess {
 	if !ok {
 		t.Fatalf("first line = %q, want export KUBECONFIG=<path>; stderr:\n%s", line, u.stderr.String())
 	}
+	u.kubeconfig = path
 	restCfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
@@ -350,10 +353,35 @@ func (u *upProcess) stop(t *testing.T) {
 	}
 }
 
-// TestUpPrintsKubeconfigAndRunsPods runs `vkubelet up` with the mock provider.
+// top waits until metrics.k8s.io has figures for the object at path, then
+// runs `kubectl top <kind> <name>` and checks that it prints them.
+func (u *upProcess) top(t *testing.T, path, kind, name string) {
+	t.Helper()
+	begin := time.Now()
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		b, err := u.client.CoreV1().RESTClient().Get().AbsPath("/apis/metrics.k8s.io/v1beta1", path).DoRaw(context.Background())
+		return err == nil, fmt.Sprintf("GET %s: %v: %s", path, err, b)
+	})
+	out, err := exec.Command(testenv.ControlPlane(t).Binaries.Kubectl, "--kubeconfig", u.kubeconfig, "top", kind, name).CombinedOutput()
+	// NAME  CPU(cores)  [CPU(%)]  MEMORY(bytes)  [MEMORY(%)]
+	figures := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+\d+m\s+(\S+\s+)?\d+(Ki|Mi|Gi)\b`)
+	if err != nil || !figures.Match(out) {
+		t.Fatalf("kubectl top %s %s: %v:\n%s", kind, name, err, out)
+	}
+	t.Logf("kubectl top %s %s, %s after asking:\n%s", kind, name, time.Since(begin).Round(time.Second), out)
+}
+
+// TestUpPrintsKubeconfigAndRunsPods runs `vkubelet up` with the mock provider, and
+// kubectl top shows the usage it reports through metrics-server.
 func TestUpPrintsKubeconfigAndRunsPods(t *testing.T) {
 	u := startUp(t)
 	u.run(t, "hello")
+	if err := netns.Available(); err != nil {
+		t.Logf("not checking kubectl top: up runs metrics-server only with --netns (%v)", err)
+	} else {
+		u.top(t, "namespaces/default/pods/hello", "pod", "hello")
+		u.top(t, "nodes/vkubelet", "node", "vkubelet")
+	}
 	u.stop(t)
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -98,8 +100,10 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 					return fmt.Errorf("--netns: %w", err)
 				}
 				cfg.InternalIP = link.NodeIP
+				startMetricsServer(ctx, cmd.ErrOrStderr(), log, cp, link.HostIP)
 			} else {
 				log.Warn("the node's address is 127.0.0.1: logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it; run as root for --netns")
+				log.Warn("kubectl top is unavailable: metrics-server runs only with --netns, as the API server will not proxy metrics.k8s.io to a loopback address")
 			}
 			cfg.Logger = log
 			if cfg.StartupTimeout == 0 {
@@ -125,4 +129,27 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 	cmd.Flags().BoolVar(&useNetns, "netns", useNetns, "give the node its own address in a network namespace joined to this host by a veth pair (needs root; default: on when root)")
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory of the local cluster (default: <cache>/up, see VKUBELET_CACHE)")
 	return cmd
+}
+
+// startMetricsServer runs metrics-server for `kubectl top` on the host's end of the
+// node's veth pair, which the API server reaches and the node's kubelet API is
+// reached from. The node works without it, so a failure is only reported.
+func startMetricsServer(ctx context.Context, out io.Writer, log *slog.Logger, cp *controlplane.ControlPlane, address string) {
+	started := time.Now()
+	if err := cp.StartMetricsServer(ctx, controlplane.MetricsServerConfig{Address: address}); err != nil {
+		log.Warn("kubectl top is unavailable: metrics-server did not start", "error", err)
+		return
+	}
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := cp.WaitMetricsAPI(wctx); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("kubectl top is unavailable", "error", err)
+			}
+			return
+		}
+		fmt.Fprintf(out, "vkubelet up: metrics.k8s.io served by metrics-server after %s; kubectl top shows a pod about 30s after it starts\n",
+			time.Since(started).Round(time.Millisecond))
+	}()
 }
