@@ -37,7 +37,7 @@ type event struct {
 
 // pushLocked schedules a notification of rec at the time at. Provider.mu is held.
 func (s *scheduler) pushLocked(at time.Time, rec *podRecord) {
-	heap.Push(&s.events, event{at: at, key: rec.key(), uid: rec.pod.UID})
+	heap.Push(&s.events, event{at: at, key: rec.key(), uid: rec.uid})
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -155,7 +155,7 @@ func (p *Provider) wait(ctx context.Context, s *scheduler, next, now time.Time) 
 // pod that has stopped is dropped from memory and returned with its last status.
 func (p *Provider) deliverLocked(ev event, now time.Time) *corev1.Pod {
 	rec := p.pods[ev.key]
-	if rec == nil || rec.pod.UID != ev.uid {
+	if rec == nil || rec.uid != ev.uid {
 		return nil
 	}
 	if rec.goneAt(now) {

@@ -63,22 +63,22 @@ type Provider struct {
 	// mu guards everything below. Pod records are immutable once stored (a change
 	// stores a new record), so a snapshot of pointers can be read after unlocking.
 	mu           sync.Mutex
-	pods         map[string]*podRecord            // by namespace/name
-	createCounts map[types.UID]int                // pods actually created, by UID (persisted)
-	deleteCalls  map[types.UID]int                // DeletePod calls, by UID (persisted)
-	nextIP       uint32                           // offset from firstPodIP of the next pod IP (persisted)
-	hostIP       string                           // given by WithHostIP, else the node's InternalIP
-	hostIPFixed  bool                             // hostIP came from WithHostIP: ConfigureNode leaves it
-	capacity     corev1.ResourceList              // the node's capacity and allocatable
-	node         *corev1.Node                     // the node as last configured: base of node notifications
-	notifyNode   func(*corev1.Node)               // from NotifyNodeStatus
-	pingErr      error                            // what Ping returns (SetPingError)
-	sched        *scheduler                       // delivers pod notifications while NotifyPods' ctx lives
-	version      uint64                           // bumped on every change the StateFile must record
-	cpuCoreNanos uint64                           // the node's cumulative CPU, integrated at each sample
-	cpuSampledAt time.Time                        // when cpuCoreNanos was last brought up to date
-	resolved     map[string]*provider.ResolvedPod // last resolved pod by namespace/name (not persisted)
-	volumeCalls  map[string]int                   // UpdatePodVolumes calls by namespace/name
+	pods         map[string]*podRecord      // by namespace/name
+	createCounts map[types.UID]int          // pods actually created, by UID (persisted)
+	deleteCalls  map[types.UID]int          // DeletePod calls, by UID (persisted)
+	nextIP       uint32                     // offset from firstPodIP of the next pod IP (persisted)
+	hostIP       string                     // given by WithHostIP, else the node's InternalIP
+	hostIPFixed  bool                       // hostIP came from WithHostIP: ConfigureNode leaves it
+	capacity     corev1.ResourceList        // the node's capacity and allocatable
+	node         *corev1.Node               // the node as last configured: base of node notifications
+	notifyNode   func(*corev1.Node)         // from NotifyNodeStatus
+	pingErr      error                      // what Ping returns (SetPingError)
+	sched        *scheduler                 // delivers pod notifications while NotifyPods' ctx lives
+	version      uint64                     // bumped on every change the StateFile must record
+	cpuCoreNanos uint64                     // the node's cumulative CPU, integrated at each sample
+	cpuSampledAt time.Time                  // when cpuCoreNanos was last brought up to date
+	resolved     map[string]*keptResolution // last resolution by namespace/name (not persisted)
+	volumeCalls  map[string]int             // UpdatePodVolumes calls by namespace/name
 
 	// saveMu serialises writes of the StateFile; savedVersion is the version on disk.
 	saveMu       sync.Mutex
@@ -130,7 +130,7 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		pods:         map[string]*podRecord{},
 		createCounts: map[types.UID]int{},
 		deleteCalls:  map[types.UID]int{},
-		resolved:     map[string]*provider.ResolvedPod{},
+		resolved:     map[string]*keptResolution{},
 		volumeCalls:  map[string]int{},
 		hostIP:       defaultHostIP,
 		capacity:     capacity,
@@ -159,17 +159,50 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 // podRecord is what the mock knows of one pod. Its status is not stored: it is a
 // function of these times and the clock (see status.go). Records are never modified
 // once stored in Provider.pods.
+//
+// The pod itself is kept protobuf-encoded, as the pod controller's cache keeps it:
+// the mock stands in for a back end that holds its pods elsewhere, and `vkubelet
+// bench` measures the node agent's memory with it, which a decoded copy per pod
+// (several KiB) would swamp.
 type podRecord struct {
-	pod     *corev1.Pod // as last given by CreatePod, UpdatePod or DeletePod
-	podIP   string
-	hostIP  string
-	created time.Time // CreatePod accepted it
-	running time.Time // created + StartDelay: its containers run from then on
-	deleted time.Time // DeletePod was first called; zero if it was not
-	stopped time.Time // its containers stop then; zero unless deleted
+	namespace, name string
+	uid             types.UID
+	raw             []byte // the pod as last given by CreatePod, UpdatePod or DeletePod
+	podIP           string
+	hostIP          string
+	created         time.Time // CreatePod accepted it
+	running         time.Time // created + StartDelay: its containers run from then on
+	deleted         time.Time // DeletePod was first called; zero if it was not
+	stopped         time.Time // its containers stop then; zero unless deleted
 }
 
-func (r *podRecord) key() string { return podKey(r.pod.Namespace, r.pod.Name) }
+func (r *podRecord) key() string { return podKey(r.namespace, r.name) }
+
+// newRecord returns a record of pod, with the times and addresses unset.
+func newRecord(pod *corev1.Pod) (*podRecord, error) {
+	r := &podRecord{}
+	return r, r.setPod(pod)
+}
+
+// setPod replaces the record's pod. Only for a record not yet stored.
+func (r *podRecord) setPod(pod *corev1.Pod) error {
+	raw, err := pod.Marshal()
+	if err != nil {
+		return errdefs.InvalidInput("mock: encoding pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	r.namespace, r.name, r.uid, r.raw = pod.Namespace, pod.Name, pod.UID, raw
+	return nil
+}
+
+// pod decodes the record's pod; the result is the caller's.
+func (r *podRecord) pod() *corev1.Pod {
+	pod := &corev1.Pod{}
+	if err := pod.Unmarshal(r.raw); err != nil {
+		// The mock encoded these bytes itself: failing to read them back is a bug.
+		panic(fmt.Sprintf("mock: decoding pod %s/%s: %v", r.namespace, r.name, err))
+	}
+	return pod
+}
 
 func (r *podRecord) deleting() bool { return !r.deleted.IsZero() }
 
@@ -183,8 +216,8 @@ func (r *podRecord) runningAt(now time.Time) bool { return !now.Before(r.running
 
 // podAt returns a copy of the pod with its status at now.
 func (r *podRecord) podAt(now time.Time) *corev1.Pod {
-	pod := r.pod.DeepCopy()
-	pod.Status = podStatusAt(r, now)
+	pod := r.pod()
+	pod.Status = podStatusAt(r, pod, now)
 	return pod
 }
 
@@ -245,17 +278,17 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	key := podKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	now := p.clock.Now()
-	if old := p.lookupLocked(key, now); old != nil && old.pod.UID == pod.UID {
+	if old := p.lookupLocked(key, now); old != nil && old.uid == pod.UID {
 		p.mu.Unlock()
 		// A retry: it may follow a failed write of the StateFile.
 		return p.save()
 	}
-	rec := &podRecord{
-		pod:     pod, // the caller's copy is ours (provider contract)
-		hostIP:  p.hostIP,
-		created: now,
-		running: now.Add(p.cfg.StartDelay.Duration),
+	rec, err := newRecord(pod)
+	if err != nil {
+		p.mu.Unlock()
+		return err
 	}
+	rec.hostIP, rec.created, rec.running = p.hostIP, now, now.Add(p.cfg.StartDelay.Duration)
 	if pod.Spec.HostNetwork {
 		rec.podIP = rec.hostIP
 	} else {
@@ -285,12 +318,15 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	now := p.clock.Now()
 	old := p.lookupLocked(key, now)
-	if old == nil || old.pod.UID != pod.UID {
+	if old == nil || old.uid != pod.UID {
 		p.mu.Unlock()
 		return notFound(pod.Namespace, pod.Name)
 	}
 	rec := *old
-	rec.pod = pod
+	if err := rec.setPod(pod); err != nil {
+		p.mu.Unlock()
+		return err
+	}
 	p.pods[key] = &rec
 	p.version++
 	if p.sched != nil {
@@ -317,7 +353,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	now := p.clock.Now()
 	old := p.lookupLocked(key, now)
-	if old == nil || old.pod.UID != pod.UID {
+	if old == nil || old.uid != pod.UID {
 		p.mu.Unlock()
 		// The count above still needs saving.
 		if err := p.save(); err != nil {
@@ -326,7 +362,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return notFound(pod.Namespace, pod.Name)
 	}
 	rec := *old
-	rec.pod = pod
+	if err := rec.setPod(pod); err != nil {
+		p.mu.Unlock()
+		return err
+	}
 	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
 	if !rec.deleting() {
 		rec.deleted = now
@@ -380,7 +419,7 @@ func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*c
 	if rec == nil {
 		return nil, notFound(namespace, name)
 	}
-	status := podStatusAt(rec, now)
+	status := podStatusAt(rec, rec.pod(), now)
 	return &status, nil
 }
 

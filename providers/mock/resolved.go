@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vkubelet/vkubelet/provider"
 )
@@ -38,7 +39,7 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 	p.mu.Lock()
 	rec := p.lookupLocked(key, p.clock.Now())
 	p.mu.Unlock()
-	if rec == nil || rec.pod.UID != rp.Pod.UID {
+	if rec == nil || rec.uid != rp.Pod.UID {
 		return notFound(rp.Pod.Namespace, rp.Pod.Name)
 	}
 	p.keepResolved(rp, true)
@@ -46,17 +47,32 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 	return nil
 }
 
-// keepResolved stores rp, without copying: its pod is the one CreatePod or
-// UpdatePod kept, and its environment and volumes are read-only for everyone
-// (provider contract). With volumesOnly, only its volumes replace the kept ones.
+// keptResolution is what the mock keeps of a ResolvedPod: everything but the pod,
+// which the pod's record holds.
+type keptResolution struct {
+	uid types.UID
+	provider.ResolvedPod
+}
+
+// withPod returns the resolution with the pod of rec.
+func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
+	rp := k.ResolvedPod
+	rp.Pod = rec.pod()
+	return &rp
+}
+
+// keepResolved stores rp without copying: its environment and volumes are
+// read-only for everyone (provider contract), and its pod is in the pod's record.
+// With volumesOnly, only its volumes replace the kept ones.
 func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
-	c := rp
+	c := &keptResolution{uid: rp.Pod.UID, ResolvedPod: *rp}
+	c.Pod = nil
 	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if old := p.resolved[key]; volumesOnly && old != nil && old.Pod.UID == rp.Pod.UID {
+	if old := p.resolved[key]; volumesOnly && old != nil && old.uid == rp.Pod.UID {
 		kept := *old
-		kept.Volumes = c.Volumes
+		kept.Volumes = rp.Volumes
 		c = &kept
 	}
 	p.resolved[key] = c
@@ -70,11 +86,12 @@ func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
 func (p *Provider) Resolved(namespace, name string) *provider.ResolvedPod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rp := p.resolved[podKey(namespace, name)]
-	if rp == nil {
+	key := podKey(namespace, name)
+	kept, rec := p.resolved[key], p.pods[key]
+	if kept == nil || rec == nil || rec.uid != kept.uid {
 		return nil
 	}
-	return copyResolved(rp)
+	return copyResolved(kept.withPod(rec))
 }
 
 // VolumeUpdates returns how many times UpdatePodVolumes succeeded for

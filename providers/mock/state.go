@@ -68,7 +68,7 @@ func (p *Provider) save() error {
 	}
 	for _, rec := range p.pods {
 		st.Pods = append(st.Pods, savedPod{
-			Pod: rec.pod, PodIP: rec.podIP, HostIP: rec.hostIP,
+			Pod: rec.pod(), PodIP: rec.podIP, HostIP: rec.hostIP,
 			Created: rec.created, Running: rec.running, Deleted: rec.deleted, Stopped: rec.stopped,
 		})
 	}
@@ -134,10 +134,12 @@ func (p *Provider) load() error {
 		if sp.Pod == nil {
 			return fmt.Errorf("mock: loading state %s: a pod entry has no pod", p.cfg.StateFile)
 		}
-		rec := &podRecord{
-			pod: sp.Pod, podIP: sp.PodIP, hostIP: sp.HostIP,
-			created: sp.Created, running: sp.Running, deleted: sp.Deleted, stopped: sp.Stopped,
+		rec, err := newRecord(sp.Pod)
+		if err != nil {
+			return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
 		}
+		rec.podIP, rec.hostIP = sp.PodIP, sp.HostIP
+		rec.created, rec.running, rec.deleted, rec.stopped = sp.Created, sp.Running, sp.Deleted, sp.Stopped
 		if !rec.goneAt(now) {
 			p.pods[rec.key()] = rec
 		}

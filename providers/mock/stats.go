@@ -79,19 +79,20 @@ func (p *Provider) sample() nodeSample {
 		if !rec.runningAt(now) {
 			continue // no container has started
 		}
-		ps := podSample{pod: rec.pod, start: rec.running}
+		pod := rec.pod()
+		ps := podSample{pod: pod, start: rec.running}
 		add := func(c *corev1.Container) {
 			cs := containerSample{name: c.Name, start: rec.running, usage: containerUsage(c, rec.running, now)}
 			ps.containers = append(ps.containers, cs)
 			ps.add(cs.usage)
 		}
-		for i := range rec.pod.Spec.InitContainers {
-			if isSidecar(rec.pod.Spec.InitContainers[i]) {
-				add(&rec.pod.Spec.InitContainers[i])
+		for i := range pod.Spec.InitContainers {
+			if isSidecar(pod.Spec.InitContainers[i]) {
+				add(&pod.Spec.InitContainers[i])
 			}
 		}
-		for i := range rec.pod.Spec.Containers {
-			add(&rec.pod.Spec.Containers[i])
+		for i := range pod.Spec.Containers {
+			add(&pod.Spec.Containers[i])
 		}
 		n.pods = append(n.pods, ps)
 		n.nanoCores += ps.nanoCores

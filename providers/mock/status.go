@@ -12,31 +12,32 @@ import (
 // mock reports at any instant can be tested without timers. See the package doc for
 // the statuses in words.
 
-// podStatusAt returns the status of the pod at now, which must be before it stopped.
-func podStatusAt(r *podRecord, now time.Time) corev1.PodStatus {
+// podStatusAt returns the status at now, which must be before it stopped, of the
+// pod of r (pod is r's pod, decoded).
+func podStatusAt(r *podRecord, pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	if !r.runningAt(now) {
-		return pendingStatus(r)
+		return pendingStatus(r, pod)
 	}
-	return runningStatus(r)
+	return runningStatus(r, pod)
 }
 
 // baseStatus holds what every status of the pod shares.
-func baseStatus(r *podRecord) corev1.PodStatus {
+func baseStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	return corev1.PodStatus{
 		HostIP:    r.hostIP,
 		HostIPs:   []corev1.HostIP{{IP: r.hostIP}},
 		StartTime: ptr.To(metav1.NewTime(r.created)),
-		QOSClass:  r.pod.Status.QOSClass, // set by the API server; the mock keeps it
+		QOSClass:  pod.Status.QOSClass, // set by the API server; the mock keeps it
 	}
 }
 
-func pendingStatus(r *podRecord) corev1.PodStatus {
-	s := baseStatus(r)
+func pendingStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
+	s := baseStatus(r, pod)
 	s.Phase = corev1.PodPending
 	created := metav1.NewTime(r.created)
 	initialized := condition(corev1.PodInitialized, created, "")
 	waiting := "ContainerCreating"
-	if hasRegularInitContainers(r.pod) {
+	if hasRegularInitContainers(pod) {
 		initialized = condition(corev1.PodInitialized, created, "ContainersNotInitialized")
 		waiting = "PodInitializing"
 	}
@@ -47,17 +48,17 @@ func pendingStatus(r *podRecord) corev1.PodStatus {
 		condition(corev1.ContainersReady, created, "ContainersNotReady"),
 		condition(corev1.PodScheduled, created, ""),
 	}
-	for _, c := range r.pod.Spec.InitContainers {
+	for _, c := range pod.Spec.InitContainers {
 		s.InitContainerStatuses = append(s.InitContainerStatuses, waitingStatus(c, "PodInitializing"))
 	}
-	for _, c := range r.pod.Spec.Containers {
+	for _, c := range pod.Spec.Containers {
 		s.ContainerStatuses = append(s.ContainerStatuses, waitingStatus(c, waiting))
 	}
 	return s
 }
 
-func runningStatus(r *podRecord) corev1.PodStatus {
-	s := baseStatus(r)
+func runningStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
+	s := baseStatus(r, pod)
 	s.Phase = corev1.PodRunning
 	s.PodIP = r.podIP
 	s.PodIPs = []corev1.PodIP{{IP: r.podIP}}
@@ -69,7 +70,7 @@ func runningStatus(r *podRecord) corev1.PodStatus {
 		condition(corev1.ContainersReady, running, ""),
 		condition(corev1.PodScheduled, created, ""),
 	}
-	for _, c := range r.pod.Spec.InitContainers {
+	for _, c := range pod.Spec.InitContainers {
 		cs := containerStatus(r, c)
 		if isSidecar(c) {
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: running}
@@ -84,7 +85,7 @@ func runningStatus(r *podRecord) corev1.PodStatus {
 		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
 	}
-	for _, c := range r.pod.Spec.Containers {
+	for _, c := range pod.Spec.Containers {
 		cs := containerStatus(r, c)
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: running}
 		cs.Ready, cs.Started = true, ptr.To(true)
@@ -95,12 +96,12 @@ func runningStatus(r *podRecord) corev1.PodStatus {
 
 // terminatedStatus is the pod's last status, reported when it stops: every container
 // terminated with exit code 0, the phase left as it was.
-func terminatedStatus(r *podRecord) corev1.PodStatus {
+func terminatedStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	// The containers ran if they started before the stop, or by the time of the
 	// deletion (with neither StartDelay nor StopDelay, all three are the same instant).
-	s := pendingStatus(r)
+	s := pendingStatus(r, pod)
 	if r.running.Before(r.stopped) || !r.running.After(r.deleted) {
-		s = runningStatus(r)
+		s = runningStatus(r, pod)
 	}
 	stopped := metav1.NewTime(r.stopped)
 	for i := range s.Conditions {
@@ -133,8 +134,8 @@ func terminatedStatus(r *podRecord) corev1.PodStatus {
 
 // terminatedPod returns a copy of the pod with its last status.
 func (r *podRecord) terminatedPod() *corev1.Pod {
-	pod := r.pod.DeepCopy()
-	pod.Status = terminatedStatus(r)
+	pod := r.pod()
+	pod.Status = terminatedStatus(r, pod)
 	return pod
 }
 
@@ -162,7 +163,7 @@ func containerStatus(r *podRecord, c corev1.Container) corev1.ContainerStatus {
 		Name:        c.Name,
 		Image:       c.Image,
 		ImageID:     "mock://" + c.Image,
-		ContainerID: "mock://" + string(r.pod.UID) + "/" + c.Name,
+		ContainerID: "mock://" + string(r.uid) + "/" + c.Name,
 	}
 }
 

@@ -19,48 +19,40 @@ import (
 )
 
 // container returns the pod record and its container (regular or init) named
-// container, or a NotFound error.
-func (p *Provider) container(namespace, name, container string) (*podRecord, *corev1.Container, time.Time, error) {
+// container, or a NotFound error. init tells which kind it is.
+func (p *Provider) container(namespace, name, container string) (rec *podRecord, c *corev1.Container, init bool, now time.Time, err error) {
 	p.mu.Lock()
-	now := p.clock.Now()
-	rec := p.lookupLocked(podKey(namespace, name), now)
+	now = p.clock.Now()
+	rec = p.lookupLocked(podKey(namespace, name), now)
 	p.mu.Unlock()
 	if rec == nil {
-		return nil, nil, now, notFound(namespace, name)
+		return nil, nil, false, now, notFound(namespace, name)
 	}
-	for _, cs := range [][]corev1.Container{rec.pod.Spec.Containers, rec.pod.Spec.InitContainers} {
+	pod := rec.pod()
+	for kind, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
 			if cs[i].Name == container {
-				return rec, &cs[i], now, nil
+				return rec, &cs[i], kind == 1, now, nil
 			}
 		}
 	}
-	return nil, nil, now, errdefs.NotFound("mock: container %s/%s/%s not found", namespace, name, container)
+	return nil, nil, false, now, errdefs.NotFound("mock: container %s/%s/%s not found", namespace, name, container)
 }
 
 // runningContainer is container for a container that must be running now (a regular
 // container or a sidecar of a running pod); otherwise it returns an InvalidInput error.
 func (p *Provider) runningContainer(namespace, name, container string) error {
-	rec, c, now, err := p.container(namespace, name, container)
+	rec, c, init, now, err := p.container(namespace, name, container)
 	if err != nil {
 		return err
 	}
 	if !rec.runningAt(now) {
 		return errdefs.InvalidInput("mock: container %s/%s/%s is waiting to start: ContainerCreating", namespace, name, container)
 	}
-	if isInit(rec.pod, c) && !isSidecar(*c) {
+	if init && !isSidecar(*c) {
 		return errdefs.InvalidInput("mock: container %s/%s/%s is not running: it has completed", namespace, name, container)
 	}
 	return nil
-}
-
-func isInit(pod *corev1.Pod, c *corev1.Container) bool {
-	for i := range pod.Spec.InitContainers {
-		if &pod.Spec.InitContainers[i] == c {
-			return true
-		}
-	}
-	return false
 }
 
 // GetContainerLogs returns the scripted log of the container: its args (or its command
@@ -68,7 +60,7 @@ func isInit(pod *corev1.Pod, c *corev1.Container) bool {
 // seconds. See logLines for how the options apply. With Follow the stream stays open,
 // with nothing more to read, until ctx ends or it is closed.
 func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
-	rec, c, now, err := p.container(namespace, name, container)
+	rec, c, _, now, err := p.container(namespace, name, container)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +171,11 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 		return errdefs.InvalidInput("mock: exec in %s/%s/%s: empty command", namespace, name, container)
 	}
 	p.mu.Lock()
-	rp := p.resolved[podKey(namespace, name)]
+	var rp *provider.ResolvedPod
+	key := podKey(namespace, name)
+	if kept, rec := p.resolved[key], p.pods[key]; kept != nil && rec != nil && rec.uid == kept.uid {
+		rp = kept.withPod(rec)
+	}
 	p.mu.Unlock()
 	out, scripted, outErr := scriptedOutput(rp, container, cmd)
 	code := exitCode(cmd)
