@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -442,4 +443,45 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// serviceEnvSharer is implemented by sources that share service variables
+// between resolutions (the Resolver's caches do; see serviceEnvMemo).
+type serviceEnvSharer interface {
+	serviceEnv(podNamespace string, links bool, services []*corev1.Service) *envList
+}
+
+// serviceEnvMemo shares the service variables between the pods of a namespace:
+// they are the same for every pod there until a Service changes, and a node with
+// thousands of pods would otherwise keep thousands of copies of their strings
+// (vkubelet bench). The lists it returns are read, never changed.
+type serviceEnvMemo struct {
+	mu sync.Mutex
+	m  map[string]*envList
+}
+
+// maxServiceEnvs bounds the memo; when full it starts afresh, which drops the
+// lists of Services that have changed since.
+const maxServiceEnvs = 256
+
+func (m *serviceEnvMemo) get(podNamespace string, links bool, services []*corev1.Service) *envList {
+	// The informer replaces a Service object on every change, so its address is
+	// part of its identity along with its name, UID and resourceVersion.
+	ids := make([]string, len(services))
+	for i, s := range services {
+		ids[i] = fmt.Sprintf("%s/%s/%s/%s/%p", s.Namespace, s.Name, s.UID, s.ResourceVersion, s)
+	}
+	sort.Strings(ids)
+	key := fmt.Sprintf("%s|%t|%s", podNamespace, links, strings.Join(ids, "|"))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.m[key]; ok {
+		return e
+	}
+	e := serviceEnv(podNamespace, links, services)
+	if m.m == nil || len(m.m) >= maxServiceEnvs {
+		m.m = map[string]*envList{}
+	}
+	m.m[key] = e
+	return e
 }

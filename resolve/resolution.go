@@ -73,7 +73,12 @@ func resolvePod(pod *corev1.Pod, src source, what parts) (*provider.ResolvedPod,
 			return nil, nil, err
 		}
 		svcs = append(svcs, s...)
-		services := serviceEnv(pod.Namespace, links, svcs)
+		var services *envList
+		if shared, ok := src.(serviceEnvSharer); ok {
+			services = shared.serviceEnv(pod.Namespace, links, svcs)
+		} else {
+			services = serviceEnv(pod.Namespace, links, svcs)
+		}
 
 		out.Env = map[string][]corev1.EnvVar{}
 		add := func(c *corev1.Container) error {

@@ -70,6 +70,8 @@ type Resolver struct {
 	referrers map[objectKey]map[string]struct{}
 	// tokens are the service-account tokens handed out, to reuse and refresh.
 	tokens map[tokenKey]*tokenEntry
+
+	svcEnv serviceEnvMemo
 }
 
 type kind string
@@ -102,7 +104,7 @@ type podRefs struct {
 	uid     types.UID
 	stores  []storeKey
 	objects []objectKey
-	// recorded are the Event messages already recorded for uid.
+	// recorded are the Event messages already recorded for uid (nil: none).
 	recorded map[string]bool
 }
 
@@ -252,6 +254,9 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 	var record []note
 	for _, n := range notes {
 		if p != nil && !p.recorded[n.Message] {
+			if p.recorded == nil {
+				p.recorded = map[string]bool{}
+			}
 			p.recorded[n.Message] = true
 			record = append(record, n)
 		}
@@ -289,7 +294,7 @@ func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (ma
 		p = nil
 	}
 	if p == nil {
-		p = &podRefs{uid: pod.UID, recorded: map[string]bool{}}
+		p = &podRefs{uid: pod.UID} // recorded is made on the first Event: most pods have none
 		r.pods[key] = p
 		for _, k := range needed {
 			r.refStoreLocked(k)
@@ -489,6 +494,10 @@ func (s *cacheSource) secret(namespace, name string) (*corev1.Secret, error) {
 		return nil, err
 	}
 	return obj.(*corev1.Secret), nil
+}
+
+func (s *cacheSource) serviceEnv(podNamespace string, links bool, services []*corev1.Service) *envList {
+	return s.r.svcEnv.get(podNamespace, links, services)
 }
 
 func (s *cacheSource) services(namespace string) ([]*corev1.Service, error) {
