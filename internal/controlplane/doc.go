@@ -1,6 +1,7 @@
 // Package controlplane builds, starts and stops a real Kubernetes control plane on
 // loopback: etcd, kube-apiserver and, when asked, kube-scheduler and
-// kube-controller-manager.
+// kube-controller-manager; and metrics-server (StartMetricsServer), as an aggregated
+// API on an address of the caller's choosing.
 //
 // The binaries are compiled from pinned versions through the Go module proxy (see
 // buildmod/) and cached outside the repository, so the first use takes minutes and
