@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ func newBenchCommand() *cobra.Command {
 		cfg        bench.Config
 		asJSON     bool
 		kubeconfig string
+		runs       int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -52,10 +54,18 @@ Without --kubeconfig it starts a local control plane of its own.`,
 			if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 				return err
 			}
-			res, err := bench.Run(ctx, cfg)
-			if err != nil {
-				return err
+			var results []*bench.Result
+			for i := 0; i < runs; i++ {
+				if runs > 1 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d\n", i+1, runs)
+				}
+				r, err := bench.Run(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				results = append(results, r)
 			}
+			res := bench.Median(results)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -71,6 +81,8 @@ Without --kubeconfig it starts a local control plane of its own.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "parallel clients creating (and, for the ceiling, writing) pods")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
+	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
+	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -79,6 +91,13 @@ func printResult(cmd *cobra.Command, r *bench.Result) {
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	row := func(k, format string, v ...any) { fmt.Fprintf(w, "%s\t"+format+"\n", append([]any{k}, v...)...) }
 	row("pods", "%d", r.Pods)
+	if len(r.Runs) > 1 {
+		ratios := make([]string, len(r.Runs))
+		for i, run := range r.Runs {
+			ratios[i] = fmt.Sprintf("%.0f%%", 100*run.RatioToCeiling)
+		}
+		row("runs", "%d, figures are medians (ratio to ceiling per run: %s)", len(r.Runs), strings.Join(ratios, " "))
+	}
 	if r.OfferedRate > 0 {
 		row("offered rate", "%.0f pods/s", r.OfferedRate)
 	}
@@ -95,6 +114,7 @@ func printResult(cmd *cobra.Command, r *bench.Result) {
 		row("  "+k, "%.3f", r.WritesByKind[k])
 	}
 	row("agent RSS idle / peak / growth", "%.1f / %.1f / %.1f MiB", r.IdleRSSMiB, r.PeakRSSMiB, r.RSSGrowthMiB)
+	row("agent live heap growth", "%.1f MiB (%.2f KiB per pod)", r.HeapGrowthMiB, 1024*r.HeapGrowthMiB/float64(r.Pods))
 	row("agent CPU", "%.1f s", r.CPUSeconds)
 	row("delete", "%.1f pods/s, p99 %.0f ms", r.DeletePodsPerS, r.DeleteP99ms)
 	w.Flush()

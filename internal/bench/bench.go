@@ -48,7 +48,10 @@ type Config struct {
 	Binary string
 	// AgentArgs are extra flags for the agent (e.g. --kube-api-qps).
 	AgentArgs []string
-	Log       io.Writer
+	// AgentEnv are extra NAME=value environment variables for the agent (e.g.
+	// GOGC=50), on top of the benchmark's own environment.
+	AgentEnv []string
+	Log      io.Writer
 }
 
 // Result holds the figures of one run. JSON names are the documented fields.
@@ -66,14 +69,20 @@ type Result struct {
 	IdleRSSMiB      float64            `json:"idle_rss_mib"`
 	PeakRSSMiB      float64            `json:"peak_rss_mib"`
 	RSSGrowthMiB    float64            `json:"rss_growth_mib"`
-	CPUSeconds      float64            `json:"cpu_s"`
-	DeletePodsPerS  float64            `json:"delete_pods_per_s"`
-	DeleteP99ms     float64            `json:"delete_p99_ms"`
-	DurationSeconds float64            `json:"duration_s"`
-	CeilingSeconds  float64            `json:"ceiling_s"`
-	CreateSeconds   float64            `json:"create_s"`
-	DeleteSeconds   float64            `json:"delete_s"`
-	AgentQPS        string             `json:"agent_flags,omitempty"`
+	// HeapGrowthMiB is the growth of the agent's live heap (after a forced GC)
+	// from idle to all pods Running: what it keeps per pod, apart from the
+	// garbage collector's headroom, which RSS includes.
+	HeapGrowthMiB   float64 `json:"heap_growth_mib"`
+	CPUSeconds      float64 `json:"cpu_s"`
+	DeletePodsPerS  float64 `json:"delete_pods_per_s"`
+	DeleteP99ms     float64 `json:"delete_p99_ms"`
+	DurationSeconds float64 `json:"duration_s"`
+	CeilingSeconds  float64 `json:"ceiling_s"`
+	CreateSeconds   float64 `json:"create_s"`
+	DeleteSeconds   float64 `json:"delete_s"`
+	AgentQPS        string  `json:"agent_flags,omitempty"`
+	// Runs holds each run's figures when the result is the median of several.
+	Runs []*Result `json:"runs,omitempty"`
 }
 
 // Run measures the ceiling, then the node agent.
@@ -125,6 +134,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res.IdleRSSMiB = idle.rssMiB
+	idleHeap, err := agent.liveHeapMiB()
+	if err != nil {
+		return nil, err
+	}
 
 	ns := "bench-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -165,6 +178,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res.RSSGrowthMiB = used.rssMiB - idle.rssMiB
+	usedHeap, err := agent.liveHeapMiB()
+	if err != nil {
+		return nil, err
+	}
+	res.HeapGrowthMiB = usedHeap - idleHeap
 
 	fmt.Fprintf(cfg.Log, "bench: deleting %d pods\n", cfg.Pods)
 	deleteStart := time.Now()
@@ -527,6 +545,7 @@ func startAgent(ctx context.Context, cfg Config) (*agentProcess, error) {
 		return nil, err
 	}
 	a.cmd = exec.CommandContext(ctx, cfg.Binary, args...)
+	a.cmd.Env = append(os.Environ(), cfg.AgentEnv...)
 	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
 	if err := a.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the node agent: %w", err)
@@ -594,20 +613,51 @@ func (a *agentProcess) usage() (usage, error) {
 	return u, nil
 }
 
-// requests reads vkubelet_api_requests_total from the agent, keyed "VERB resource".
-func (a *agentProcess) requests() (map[string]float64, error) {
+// liveHeapMiB has the agent collect garbage (its pprof heap endpoint does, with
+// gc=1) and returns its heap then, from go_memstats_heap_alloc_bytes.
+func (a *agentProcess) liveHeapMiB() (float64, error) {
+	resp, err := http.Get("http://" + a.metricsAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, fmt.Errorf("forcing a GC in the agent: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var heap float64
+	found := false
+	err = a.scrape(func(line string) {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
+			if f, perr := strconv.ParseFloat(strings.TrimSpace(v), 64); perr == nil {
+				heap, found = f, true
+			}
+		}
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("agent metrics have no go_memstats_heap_alloc_bytes")
+	}
+	return heap / (1 << 20), err
+}
+
+// scrape calls fn with every line of the agent's /metrics.
+func (a *agentProcess) scrape(fn func(line string)) error {
 	resp, err := http.Get("http://" + a.metricsAddr + "/metrics")
 	if err != nil {
-		return nil, fmt.Errorf("reading agent metrics: %w", err)
+		return fmt.Errorf("reading agent metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
 	s := bufio.NewScanner(resp.Body)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
-		line := s.Text()
+		fn(s.Text())
+	}
+	return s.Err()
+}
+
+// requests reads vkubelet_api_requests_total from the agent, keyed "VERB resource".
+func (a *agentProcess) requests() (map[string]float64, error) {
+	out := map[string]float64{}
+	err := a.scrape(func(line string) {
 		if !strings.HasPrefix(line, "vkubelet_api_requests_total{") {
-			continue
+			return
 		}
 		labels := line[strings.IndexByte(line, '{')+1 : strings.LastIndexByte(line, '}')]
 		var verb, resource string
@@ -624,6 +674,49 @@ func (a *agentProcess) requests() (map[string]float64, error) {
 		f := strings.Fields(line)
 		val, _ := strconv.ParseFloat(f[len(f)-1], 64)
 		out[verb+" "+resource] = val
+	})
+	return out, err
+}
+
+// Median returns the median of several runs' figures, field by field (the lower
+// middle for an even count), with the runs themselves in Runs.
+func Median(runs []*Result) *Result {
+	if len(runs) == 1 {
+		return runs[0]
 	}
-	return out, s.Err()
+	out := *runs[0]
+	med := func(get func(*Result) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = get(r)
+		}
+		sort.Float64s(v)
+		return v[(len(v)-1)/2]
+	}
+	out.CeilingPodsPerS = med(func(r *Result) float64 { return r.CeilingPodsPerS })
+	out.PodsPerS = med(func(r *Result) float64 { return r.PodsPerS })
+	out.RatioToCeiling = med(func(r *Result) float64 { return r.RatioToCeiling })
+	out.P50ms = med(func(r *Result) float64 { return r.P50ms })
+	out.P90ms = med(func(r *Result) float64 { return r.P90ms })
+	out.P99ms = med(func(r *Result) float64 { return r.P99ms })
+	out.WritesPerPod = med(func(r *Result) float64 { return r.WritesPerPod })
+	out.WritesByKind = map[string]float64{}
+	for _, r := range runs {
+		for k := range r.WritesByKind {
+			out.WritesByKind[k] = med(func(r *Result) float64 { return r.WritesByKind[k] })
+		}
+	}
+	out.IdleRSSMiB = med(func(r *Result) float64 { return r.IdleRSSMiB })
+	out.PeakRSSMiB = med(func(r *Result) float64 { return r.PeakRSSMiB })
+	out.RSSGrowthMiB = med(func(r *Result) float64 { return r.RSSGrowthMiB })
+	out.HeapGrowthMiB = med(func(r *Result) float64 { return r.HeapGrowthMiB })
+	out.CPUSeconds = med(func(r *Result) float64 { return r.CPUSeconds })
+	out.DeletePodsPerS = med(func(r *Result) float64 { return r.DeletePodsPerS })
+	out.DeleteP99ms = med(func(r *Result) float64 { return r.DeleteP99ms })
+	out.DurationSeconds = med(func(r *Result) float64 { return r.DurationSeconds })
+	out.CeilingSeconds = med(func(r *Result) float64 { return r.CeilingSeconds })
+	out.CreateSeconds = med(func(r *Result) float64 { return r.CreateSeconds })
+	out.DeleteSeconds = med(func(r *Result) float64 { return r.DeleteSeconds })
+	out.Runs = runs
+	return &out
 }
