@@ -1,0 +1,54 @@
+package pod
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
+	p := benchPod()
+	p.UID, p.ResourceVersion = "uid-1", "42"
+	now := metav1.NewTime(time.Unix(1_800_000_000, 0)) // whole seconds, as the API keeps them
+	p.DeletionTimestamp = &now
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	p.Status.Phase = corev1.PodSucceeded
+
+	obj, err := compactTransform(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, ok := obj.(*cachedPod)
+	if !ok {
+		t.Fatalf("transform gave a %T", obj)
+	}
+	if cp.Name != p.Name || cp.Namespace != p.Namespace || cp.UID != "uid-1" || cp.ResourceVersion != "42" ||
+		cp.DeletionTimestamp == nil || !cp.terminal || cp.key() != keyOf(p) {
+		t.Fatalf("routing fields wrong: %+v terminal=%v", cp.ObjectMeta, cp.terminal)
+	}
+	got, err := cp.pod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.DeepCopy()
+	want.ManagedFields = nil
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Fatalf("decoded pod differs:\ngot  %+v\nwant %+v", got, want)
+	}
+	// Each decode is the caller's own copy.
+	got.Labels["changed"] = "yes"
+	if again, _ := cp.pod(); again.Labels["changed"] != "" {
+		t.Fatal("two decodes share an object")
+	}
+	// A copy of the cached object (the informer makes them) is equal to it.
+	if c2 := cp.DeepCopyObject().(*cachedPod); c2.key() != cp.key() || string(c2.raw) != string(cp.raw) {
+		t.Fatal("DeepCopyObject lost the pod")
+	}
+	// Tombstones and anything else pass unchanged.
+	if obj, _ := compactTransform("tombstone"); obj != "tombstone" {
+		t.Fatalf("transform changed a non-pod: %v", obj)
+	}
+}
