@@ -267,7 +267,10 @@ func (c *Controller) handlePod(obj any) {
 // handleDeletedPod reacts to a pod gone from the API: the provider must stop it.
 func (c *Controller) handleDeletedPod(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+		// The informer may not know the last state (or any object at all): the
+		// key is enough.
+		c.deleteQueue.Add(t.Key)
+		return
 	}
 	p, ok := obj.(*cachedPod)
 	if !ok {

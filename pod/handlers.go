@@ -241,7 +241,8 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 		// handler's comparison with the API pod goes.
 		last, cerr := compact(pp)
 		if cerr != nil {
-			return fmt.Errorf("pod controller: %w", cerr)
+			// Without it the first sync calls UpdatePod, which is harmless.
+			c.log.Warn("cannot keep the provider's view of a pod", "pod", key, "error", cerr)
 		}
 		c.state.update(key, func(s *podState) {
 			s.providerUID, s.lastPod = uid, last

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
@@ -50,5 +51,17 @@ func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
 	// Tombstones and anything else pass unchanged.
 	if obj, _ := compactTransform("tombstone"); obj != "tombstone" {
 		t.Fatalf("transform changed a non-pod: %v", obj)
+	}
+}
+
+func TestATombstoneWithoutAnObjectStillStopsThePod(t *testing.T) {
+	f := newFixture(t)
+	f.start()
+	f.c.handleDeletedPod(cache.DeletedFinalStateUnknown{Key: "ns/gone"})
+	if n := f.c.deleteQueue.Len(); n != 1 {
+		t.Fatalf("delete queue holds %d keys, want 1", n)
+	}
+	if key, _ := f.c.deleteQueue.Get(); key != "ns/gone" {
+		t.Fatalf("queued %q, want ns/gone", key)
 	}
 }

@@ -2,8 +2,10 @@ package resolve
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -457,7 +459,16 @@ type serviceEnvSharer interface {
 // (vkubelet bench). The lists it returns are read, never changed.
 type serviceEnvMemo struct {
 	mu sync.Mutex
-	m  map[string]*envList
+	m  map[string]*memoEntry
+}
+
+// memoEntry is a list and the Service objects it was built from. Holding them
+// keeps their identity: the informer replaces a Service object on every change,
+// so the same objects mean the same Services even where a resourceVersion does
+// not change (client-go's fakes never set one).
+type memoEntry struct {
+	services []*corev1.Service
+	env      *envList
 }
 
 // maxServiceEnvs bounds the memo; when full it starts afresh, which drops the
@@ -465,23 +476,26 @@ type serviceEnvMemo struct {
 const maxServiceEnvs = 256
 
 func (m *serviceEnvMemo) get(podNamespace string, links bool, services []*corev1.Service) *envList {
-	// The informer replaces a Service object on every change, so its address is
-	// part of its identity along with its name, UID and resourceVersion.
-	ids := make([]string, len(services))
-	for i, s := range services {
-		ids[i] = fmt.Sprintf("%s/%s/%s/%s/%p", s.Namespace, s.Name, s.UID, s.ResourceVersion, s)
+	sorted := slices.Clone(services)
+	id := func(s *corev1.Service) string {
+		return s.Namespace + "/" + s.Name + "/" + string(s.UID) + "/" + s.ResourceVersion
 	}
-	sort.Strings(ids)
-	key := fmt.Sprintf("%s|%t|%s", podNamespace, links, strings.Join(ids, "|"))
+	slices.SortFunc(sorted, func(a, b *corev1.Service) int { return strings.Compare(id(a), id(b)) })
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%t", podNamespace, links)
+	for _, s := range sorted {
+		fmt.Fprintf(h, "|%s", id(s))
+	}
+	key := strconv.FormatUint(h.Sum64(), 16)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.m[key]; ok {
-		return e
+	if e, ok := m.m[key]; ok && slices.Equal(e.services, sorted) {
+		return e.env
 	}
-	e := serviceEnv(podNamespace, links, services)
+	e := &memoEntry{services: sorted, env: serviceEnv(podNamespace, links, services)}
 	if m.m == nil || len(m.m) >= maxServiceEnvs {
-		m.m = map[string]*envList{}
+		m.m = map[string]*memoEntry{}
 	}
 	m.m[key] = e
-	return e
+	return e.env
 }

@@ -66,11 +66,9 @@ func (p *Provider) save() error {
 		CreateCounts: make(map[types.UID]int, len(p.createCounts)),
 		DeleteCalls:  make(map[types.UID]int, len(p.deleteCalls)),
 	}
+	recs := make([]*podRecord, 0, len(p.pods))
 	for _, rec := range p.pods {
-		st.Pods = append(st.Pods, savedPod{
-			Pod: rec.pod(), PodIP: rec.podIP, HostIP: rec.hostIP,
-			Created: rec.created, Running: rec.running, Deleted: rec.deleted, Stopped: rec.stopped,
-		})
+		recs = append(recs, rec)
 	}
 	for uid, n := range p.createCounts {
 		st.CreateCounts[uid] = n
@@ -80,7 +78,13 @@ func (p *Provider) save() error {
 	}
 	p.mu.Unlock()
 
-	// The records are immutable: they are encoded without the lock.
+	// The records are immutable: they are decoded and encoded without the lock.
+	for _, rec := range recs {
+		st.Pods = append(st.Pods, savedPod{
+			Pod: rec.pod(), PodIP: rec.podIP, HostIP: rec.hostIP,
+			Created: rec.created, Running: rec.running, Deleted: rec.deleted, Stopped: rec.stopped,
+		})
+	}
 	if err := writeFileAtomic(p.cfg.StateFile, st); err != nil {
 		return fmt.Errorf("mock: saving state: %w", err)
 	}

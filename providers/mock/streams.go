@@ -170,13 +170,14 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	if len(cmd) == 0 {
 		return errdefs.InvalidInput("mock: exec in %s/%s/%s: empty command", namespace, name, container)
 	}
-	p.mu.Lock()
-	var rp *provider.ResolvedPod
 	key := podKey(namespace, name)
-	if kept, rec := p.resolved[key], p.pods[key]; kept != nil && rec != nil && rec.uid == kept.uid {
-		rp = kept.withPod(rec)
-	}
+	p.mu.Lock()
+	kept, rec := p.resolved[key], p.pods[key]
 	p.mu.Unlock()
+	var rp *provider.ResolvedPod
+	if kept != nil && rec != nil && rec.uid == kept.uid {
+		rp = kept.withPod(rec) // records and kept resolutions never change once stored
+	}
 	out, scripted, outErr := scriptedOutput(rp, container, cmd)
 	code := exitCode(cmd)
 	err := runSession(ctx, attach, func(stdin io.Reader, stdout io.Writer) error {
