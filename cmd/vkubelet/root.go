@@ -44,6 +44,7 @@ func defaultNodeFlags() *nodeFlags {
 			InternalIP:         ip,
 			KubeletPort:        port,
 			PodSyncWorkers:     20,
+			PodStatusWorkers:   50,
 			FullResyncPeriod:   time.Minute,
 			StatusPollInterval: 5 * time.Second,
 			StartupTimeout:     0,
@@ -75,7 +76,8 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OperatingSystem, "os", c.OperatingSystem, "operating system reported by the node (kubernetes.io/os)")
 	fs.StringVar(&c.InternalIP, "address", c.InternalIP, "InternalIP address of the node, where the API server reaches the kubelet API ($VKUBELET_POD_IP)")
 	fs.Int32Var(&c.KubeletPort, "kubelet-port", c.KubeletPort, "port of the kubelet API ($KUBELET_PORT)")
-	fs.IntVar(&c.PodSyncWorkers, "pod-sync-workers", c.PodSyncWorkers, "workers per pod queue")
+	fs.IntVar(&c.PodSyncWorkers, "pod-sync-workers", c.PodSyncWorkers, "workers creating, updating and deleting pods in the provider")
+	fs.IntVar(&c.PodStatusWorkers, "pod-status-workers", c.PodStatusWorkers, "workers writing pod statuses to the API server (each waits on one request)")
 	fs.DurationVar(&c.FullResyncPeriod, "full-resync-period", c.FullResyncPeriod, "how often every pod is synced again; 0 disables")
 	fs.DurationVar(&c.StatusPollInterval, "status-poll-interval", c.StatusPollInterval, "how often pod statuses are read from a provider that does not push them")
 	fs.DurationVar(&c.StartupTimeout, "startup-timeout", c.StartupTimeout, "fail if the node is not ready within this time; 0 waits forever")

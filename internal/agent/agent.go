@@ -44,11 +44,13 @@ type Config struct {
 	// RESTConfig, when set, is used instead of Kubeconfig (in-process callers).
 	RESTConfig *rest.Config
 
-	OperatingSystem  string
-	InternalIP       string
-	KubeletPort      int32
-	DisableTaint     bool
-	PodSyncWorkers   int
+	OperatingSystem string
+	InternalIP      string
+	KubeletPort     int32
+	DisableTaint    bool
+	PodSyncWorkers  int
+	// PodStatusWorkers write pod statuses; 0 takes the pod controller's default.
+	PodStatusWorkers int
 	FullResyncPeriod time.Duration
 	// StatusPollInterval is how often a provider without a notifier is polled.
 	StatusPollInterval time.Duration
@@ -166,6 +168,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.pods, err = pod.NewController(pod.Config{
 		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers,
+		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
 		Metrics: metrics, Logger: cfg.Logger,
 	})
