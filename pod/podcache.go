@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -20,15 +21,29 @@ import (
 //
 // A cachedPod never changes once made: the informer replaces it on every update.
 type cachedPod struct {
-	// ObjectMeta holds only Namespace, Name, UID, ResourceVersion (the informer's
-	// bookkeeping) and DeletionTimestamp.
-	metav1.ObjectMeta
+	// The few metadata fields the handlers and the informer's bookkeeping read,
+	// as fields rather than a whole metav1.ObjectMeta, which is 256 bytes of
+	// mostly empty fields per pod.
+	Namespace, Name   string
+	UID               types.UID
+	ResourceVersion   string
+	DeletionTimestamp *metav1.Time
 	// terminal is true when the pod's phase is Succeeded or Failed.
 	terminal bool
 	raw      []byte
 }
 
-var _ runtime.Object = &cachedPod{}
+var (
+	_ runtime.Object            = &cachedPod{}
+	_ metav1.ObjectMetaAccessor = &cachedPod{}
+)
+
+// GetObjectMeta gives the informer (keys, resource versions) a metav1.Object: a
+// fresh ObjectMeta with the cached fields, made per call since it is short-lived.
+func (c *cachedPod) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+		ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp}
+}
 
 // GetObjectKind implements runtime.Object; a cachedPod is never serialized.
 func (c *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
@@ -36,7 +51,9 @@ func (c *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 // DeepCopyObject implements runtime.Object. raw is shared: it is never written.
 func (c *cachedPod) DeepCopyObject() runtime.Object {
 	out := *c
-	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if c.DeletionTimestamp != nil {
+		out.DeletionTimestamp = c.DeletionTimestamp.DeepCopy()
+	}
 	return &out
 }
 
@@ -61,10 +78,8 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return &cachedPod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
-		},
+		Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
 		terminal: isTerminal(&p.Status),
 		raw:      raw,
 	}, nil

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -28,7 +29,14 @@ func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
 	}
 	if cp.Name != p.Name || cp.Namespace != p.Namespace || cp.UID != "uid-1" || cp.ResourceVersion != "42" ||
 		cp.DeletionTimestamp == nil || !cp.terminal || cp.key() != keyOf(p) {
-		t.Fatalf("routing fields wrong: %+v terminal=%v", cp.ObjectMeta, cp.terminal)
+		t.Fatalf("routing fields wrong: %+v", cp)
+	}
+	// The informer reads keys and versions through meta.Accessor.
+	if key, err := cache.MetaNamespaceKeyFunc(cp); err != nil || key != keyOf(p) {
+		t.Fatalf("informer key = %q, %v; want %q", key, err, keyOf(p))
+	}
+	if m, err := meta.Accessor(cp); err != nil || m.GetResourceVersion() != "42" || m.GetUID() != "uid-1" {
+		t.Fatalf("meta.Accessor = %v, %v", m, err)
 	}
 	got, err := cp.pod()
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 //
 // Pod is the provider's, like a pod passed to CreatePod. Env, Volumes and
 // PullCredentials are shared with the controller, which keeps them to compare
-// with later resolutions: a provider may keep them but must not change them.
+// with later resolutions, and parts of them with other pods (the environment of a
+// container that declares none is the namespace's service variables, one slice for
+// all such containers): a provider may keep them but must not change them.
 type ResolvedPod struct {
 	Pod *corev1.Pod
 

@@ -20,7 +20,49 @@ import (
 type envList struct {
 	names  []string
 	values map[string]string
+	// vars is the finished list as container variables, made once for the service
+	// variables: a container that declares no variables of its own gets this very
+	// slice (read-only, as ResolvedPod.Env is), so thousands of such pods in a
+	// namespace hold one list rather than one each.
+	vars []corev1.EnvVar
+
+	// envs are maps from container names to vars, one per set of names, handed
+	// out as the whole ResolvedPod.Env of pods none of whose containers declares
+	// variables: pods of one template share one map.
+	mu   sync.Mutex
+	envs map[string]map[string][]corev1.EnvVar
 }
+
+// maxSharedEnvs bounds envList.envs; sets of container names beyond it get maps
+// of their own.
+const maxSharedEnvs = 64
+
+// sharedEnv returns the map kept for the containers of env, every one of which has
+// vars as its environment, or keeps env itself as that map.
+func (e *envList) sharedEnv(env map[string][]corev1.EnvVar) map[string][]corev1.EnvVar {
+	names := make([]string, 0, len(env))
+	for n := range env {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	key := strings.Join(names, "\x00")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if kept, ok := e.envs[key]; ok {
+		return kept
+	}
+	if e.envs == nil {
+		e.envs = map[string]map[string][]corev1.EnvVar{}
+	}
+	if len(e.envs) < maxSharedEnvs {
+		e.envs[key] = env
+	}
+	return env
+}
+
+// declaresEnv reports whether c has variables of its own, beyond the service
+// variables every container gets.
+func declaresEnv(c *corev1.Container) bool { return len(c.EnvFrom) > 0 || len(c.Env) > 0 }
 
 func newEnvList() *envList { return &envList{values: map[string]string{}} }
 
@@ -42,6 +84,9 @@ func (e *envList) get(name string) (string, bool) {
 // and the service variables), then the service variables not already set. The
 // order is: names in the order first set, then the service variables in theirs.
 func (r *resolution) containerEnv(c *corev1.Container, services *envList) ([]corev1.EnvVar, error) {
+	if !declaresEnv(c) && services.vars != nil {
+		return services.vars, nil
+	}
 	ns := r.pod.Namespace
 	env := newEnvList()
 	for _, from := range c.EnvFrom {
@@ -430,6 +475,10 @@ func serviceEnv(podNamespace string, enableLinks bool, services []*corev1.Servic
 			env.set(pp+"_PORT", strconv.Itoa(int(sp.Port)))
 			env.set(pp+"_ADDR", ip)
 		}
+	}
+	env.vars = make([]corev1.EnvVar, 0, len(env.names))
+	for _, n := range env.names {
+		env.vars = append(env.vars, corev1.EnvVar{Name: n, Value: env.values[n]})
 	}
 	return env
 }

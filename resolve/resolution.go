@@ -81,7 +81,9 @@ func resolvePod(pod *corev1.Pod, src source, what parts) (*provider.ResolvedPod,
 		}
 
 		out.Env = map[string][]corev1.EnvVar{}
+		shared := services.vars != nil
 		add := func(c *corev1.Container) error {
+			shared = shared && !declaresEnv(c)
 			env, err := r.containerEnv(c, services)
 			if err != nil {
 				return fmt.Errorf("container %s: %w", c.Name, err)
@@ -104,6 +106,9 @@ func resolvePod(pod *corev1.Pod, src source, what parts) (*provider.ResolvedPod,
 			if err := add(&c); err != nil {
 				return nil, nil, err
 			}
+		}
+		if shared {
+			out.Env = services.sharedEnv(out.Env)
 		}
 	}
 	if what.volumes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,8 +69,6 @@ type Resolver struct {
 	pods map[string]*podRefs
 	// referrers maps an object to the keys of the pods that referenced it.
 	referrers map[objectKey]map[string]struct{}
-	// tokens are the service-account tokens handed out, to reuse and refresh.
-	tokens map[tokenKey]*tokenEntry
 
 	svcEnv serviceEnvMemo
 }
@@ -101,11 +100,35 @@ type store struct {
 
 // podRefs is what the resolver keeps about one pod key.
 type podRefs struct {
-	uid     types.UID
-	stores  []storeKey
+	uid types.UID
+	// The pod uses the stores of storesFor(its namespace).
 	objects []objectKey
 	// recorded are the Event messages already recorded for uid (nil: none).
 	recorded map[string]bool
+	// tokens are the service-account tokens handed out for uid, to reuse and
+	// refresh (nil: none, as for most pods of a busy node).
+	tokens map[tokenKey]*tokenEntry
+}
+
+// storesFor is the stores a pod of namespace uses: ConfigMaps, Secrets and
+// Services of its namespace, and Services of "default" (the kubernetes service's
+// variables). Derived rather than kept per pod: a node has thousands of pods and a
+// handful of namespaces.
+func storesFor(namespace string) []storeKey {
+	needed := []storeKey{
+		{kindConfigMap, namespace}, {kindSecret, namespace},
+		{kindService, namespace}, {kindService, "default"},
+	}
+	if namespace == "default" {
+		needed = needed[:3]
+	}
+	return needed
+}
+
+// namespaceOf is the namespace of a pod key.
+func namespaceOf(podKey string) string {
+	ns, _, _ := strings.Cut(podKey, "/")
+	return ns
 }
 
 type tokenKey struct {
@@ -116,7 +139,6 @@ type tokenKey struct {
 }
 
 type tokenEntry struct {
-	podKey  string
 	token   string
 	expires time.Time
 	ttl     time.Duration
@@ -157,7 +179,7 @@ func New(cfg Config) (*Resolver, error) {
 		checkInterval: cfg.TokenCheckInterval, syncTimeout: cfg.SyncTimeout,
 		ctx: ctx, cancel: cancel,
 		stores: map[storeKey]*store{}, pods: map[string]*podRefs{},
-		referrers: map[objectKey]map[string]struct{}{}, tokens: map[tokenKey]*tokenEntry{},
+		referrers: map[objectKey]map[string]struct{}{},
 	}, nil
 }
 
@@ -181,9 +203,11 @@ func (r *Resolver) checkTokens() {
 	now := r.clock.Now()
 	due := map[string]bool{}
 	r.mu.Lock()
-	for _, e := range r.tokens {
-		if e.due(now) {
-			due[e.podKey] = true
+	for key, p := range r.pods {
+		for _, e := range p.tokens {
+			if e.due(now) {
+				due[key] = true
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -226,13 +250,8 @@ func (r *Resolver) Release(podKey string) {
 		return
 	}
 	r.setObjectsLocked(podKey, p, nil)
-	for _, k := range p.stores {
+	for _, k := range storesFor(namespaceOf(podKey)) {
 		r.unrefStoreLocked(k)
-	}
-	for k, e := range r.tokens {
-		if e.podKey == podKey {
-			delete(r.tokens, k)
-		}
 	}
 	delete(r.pods, podKey)
 }
@@ -276,19 +295,13 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 // acquire makes sure the caches the pod needs run and have synced, and counts the
 // pod as one of their users.
 func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (map[storeKey]*store, error) {
-	needed := []storeKey{
-		{kindConfigMap, pod.Namespace}, {kindSecret, pod.Namespace},
-		{kindService, pod.Namespace}, {kindService, "default"},
-	}
-	if pod.Namespace == "default" {
-		needed = needed[:3]
-	}
+	needed := storesFor(pod.Namespace)
 	r.mu.Lock()
 	p := r.pods[key]
 	if p != nil && p.uid != pod.UID {
 		// Another incarnation of the name: it starts afresh.
 		r.setObjectsLocked(key, p, nil)
-		for _, k := range p.stores {
+		for _, k := range needed {
 			r.unrefStoreLocked(k)
 		}
 		p = nil
@@ -299,10 +312,9 @@ func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (ma
 		for _, k := range needed {
 			r.refStoreLocked(k)
 		}
-		p.stores = needed
 	}
 	stores := make(map[storeKey]*store, len(needed))
-	for _, k := range p.stores {
+	for _, k := range needed {
 		stores[k] = r.stores[k]
 	}
 	r.mu.Unlock()
@@ -426,8 +438,12 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 		k.expirationSeconds = *expirationSeconds
 	}
 	now := r.clock.Now()
+	key := pod.Namespace + "/" + pod.Name
 	r.mu.Lock()
-	e := r.tokens[k]
+	var e *tokenEntry
+	if p := r.pods[key]; p != nil && p.uid == pod.UID {
+		e = p.tokens[k]
+	}
 	r.mu.Unlock()
 	if e != nil && !e.due(now) {
 		return e.token, nil
@@ -452,8 +468,11 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 		ttl = time.Duration(*tr.Spec.ExpirationSeconds) * time.Second
 	}
 	r.mu.Lock()
-	if p := r.pods[pod.Namespace+"/"+pod.Name]; p != nil && p.uid == pod.UID {
-		r.tokens[k] = &tokenEntry{podKey: pod.Namespace + "/" + pod.Name, token: tr.Status.Token, expires: expires, ttl: ttl}
+	if p := r.pods[key]; p != nil && p.uid == pod.UID {
+		if p.tokens == nil {
+			p.tokens = map[tokenKey]*tokenEntry{}
+		}
+		p.tokens[k] = &tokenEntry{token: tr.Status.Token, expires: expires, ttl: ttl}
 	}
 	r.mu.Unlock()
 	return tr.Status.Token, nil

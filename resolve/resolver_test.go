@@ -13,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -150,5 +151,70 @@ func TestReleaseStopsWatchingTheNamespace(t *testing.T) {
 	defer f.r.mu.Unlock()
 	if len(f.r.stores) != 0 || len(f.r.pods) != 0 || len(f.r.referrers) != 0 {
 		t.Errorf("after Release: %d caches, %d pods, %d references; want none", len(f.r.stores), len(f.r.pods), len(f.r.referrers))
+	}
+}
+
+func TestANewIncarnationOfAPodGetsItsOwnToken(t *testing.T) {
+	f := newTokenFixture(t)
+	p := tokenPod()
+	if got := tokenOf(t, f, p); got != "t1" {
+		t.Fatalf("first token = %q, want t1", got)
+	}
+	// The pod is deleted and made again under the same name: the token bound to
+	// the first one must not be handed to the second.
+	again := tokenPod()
+	again.UID = "uid-2"
+	if got := tokenOf(t, f, again); got != "t2" {
+		t.Fatalf("token of the new incarnation = %q, want t2", got)
+	}
+	if got := f.asked[1].Spec.BoundObjectRef.UID; got != "uid-2" {
+		t.Errorf("second token bound to %q, want uid-2", got)
+	}
+	f.r.Release("ns/p")
+	// Released: nothing is due for refresh any more.
+	f.clk.Step(time.Hour)
+	f.r.checkTokens()
+	if got := f.changes(); len(got) != 0 {
+		t.Errorf("OnChange(%v) for a released pod", got)
+	}
+}
+
+func TestContainersWithoutEnvironmentShareTheServiceVariables(t *testing.T) {
+	api := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1", Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}
+	f := newTokenFixture(t, api)
+	pod := func(name string, env ...corev1.EnvVar) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: env}}}}
+	}
+	var envs []map[string][]corev1.EnvVar
+	resolve := func(p *corev1.Pod) []corev1.EnvVar {
+		t.Helper()
+		rp, err := f.r.Resolve(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, rp.Env)
+		return rp.Env["c"]
+	}
+	a, b := resolve(pod("a")), resolve(pod("b"))
+	if reflect.ValueOf(envs[0]).UnsafePointer() != reflect.ValueOf(envs[1]).UnsafePointer() {
+		t.Error("two pods of one template without variables hold two maps of environments")
+	}
+	if len(a) == 0 || a[0].Name != "KUBERNETES_SERVICE_HOST" || a[0].Value != "10.0.0.1" {
+		t.Fatalf("env of a = %v, want the kubernetes service variables", a)
+	}
+	if &a[0] != &b[0] {
+		t.Error("two containers without variables of their own hold two copies of the service variables")
+	}
+	own := resolve(pod("c", corev1.EnvVar{Name: "X", Value: "$(KUBERNETES_SERVICE_HOST)"}))
+	if own[0].Name != "X" || own[0].Value != "10.0.0.1" || len(own) != len(a)+1 {
+		t.Fatalf("env with a variable of its own = %v", own)
+	}
+	if &own[1] == &a[0] {
+		t.Error("a container with variables of its own got the shared slice")
+	}
+	if reflect.ValueOf(envs[2]).UnsafePointer() == reflect.ValueOf(envs[0]).UnsafePointer() {
+		t.Error("a pod with variables of its own got the shared map")
 	}
 }

@@ -15,7 +15,7 @@ const defaultFileMode int32 = 0o644
 // volumes builds the files of every configMap, secret, downwardAPI and projected
 // volume of the pod, as the kubelet's volume plugins would write them.
 func (r *resolution) volumes() (map[string]*provider.VolumeContents, error) {
-	out := map[string]*provider.VolumeContents{}
+	var out map[string]*provider.VolumeContents // nil for the many pods without such volumes
 	for i := range r.pod.Spec.Volumes {
 		v := &r.pod.Spec.Volumes[i]
 		files := map[string]provider.VolumeFile{}
@@ -34,6 +34,9 @@ func (r *resolution) volumes() (map[string]*provider.VolumeContents, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if out == nil {
+			out = map[string]*provider.VolumeContents{}
 		}
 		out[v.Name] = sortedFiles(files)
 	}
