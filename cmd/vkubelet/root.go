@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/providers"
@@ -51,6 +52,7 @@ func defaultNodeFlags() *nodeFlags {
 			ClusterDomain:      "cluster.local",
 			KubeAPIQPS:         500,
 			KubeAPIBurst:       1000,
+			KubeAPIContentType: runtime.ContentTypeProtobuf,
 			ServingCertFile:    os.Getenv("APISERVER_CERT_LOCATION"),
 			ServingKeyFile:     os.Getenv("APISERVER_KEY_LOCATION"),
 			LeaseDuration:      40 * time.Second,
@@ -86,6 +88,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address of the agent's Prometheus /metrics endpoint (e.g. :10255); empty disables")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "queries per second to the API server")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of queries to the API server")
+	fs.StringVar(&c.KubeAPIContentType, "kube-api-content-type", c.KubeAPIContentType, "encoding of requests to the API server (application/vnd.kubernetes.protobuf or application/json)")
 	fs.DurationVar(&c.LeaseDuration, "node-lease-duration", c.LeaseDuration, "duration of the node's Lease")
 	fs.DurationVar(&c.RenewInterval, "node-lease-renew-interval", c.RenewInterval, "how often the node's Lease is renewed")
 	fs.StringVar(&c.ServingCertFile, "tls-cert-file", c.ServingCertFile, "serving certificate of the kubelet API ($APISERVER_CERT_LOCATION); empty: request one from the cluster (CSR)")

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -98,8 +99,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Log = io.Discard
 	}
 	restCfg := rest.CopyConfig(cfg.RESTConfig)
-	// The load generator must never be the bottleneck.
+	// The load generator must never be the bottleneck, and the ceiling's client
+	// talks protobuf, as the node agent does by default (--kube-api-content-type).
 	restCfg.QPS, restCfg.Burst = -1, 0
+	restCfg.ContentType = runtime.ContentTypeProtobuf
+	restCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, err
