@@ -41,11 +41,22 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	if err != nil {
 		return nil // a malformed key never becomes valid
 	}
-	p, cached, err := c.pods.get(ns, name)
+	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		c.deleteQueue.Add(key)
 		return nil
 	}
+	if err != nil {
+		return err
+	}
+	if st := c.state.get(key); cached.DeletionTimestamp == nil && st.providerUID == cached.UID &&
+		st.lastPod == cached && !st.volumesStale {
+		// The very object the provider last accepted, and nothing it references
+		// changed: a periodic resync, which every pod of the node gets every
+		// --full-resync-period. Nothing to decode or compare.
+		return nil
+	}
+	p, err := cached.pod()
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -44,24 +45,12 @@ Without --kubeconfig it starts a local control plane of its own.`,
 				return err
 			}
 			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
-			if kubeconfig == "" {
-				cp, err := controlplane.Start(ctx, controlplane.Config{Out: cmd.ErrOrStderr()})
-				if err != nil {
-					return err
-				}
-				defer cp.Stop()
-				kubeconfig = cp.KubeconfigPath
-			}
-			cfg.Kubeconfig = kubeconfig
-			if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-				return err
-			}
 			var results []*bench.Result
 			for i := 0; i < runs; i++ {
 				if runs > 1 {
 					fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d\n", i+1, runs)
 				}
-				r, err := bench.Run(ctx, cfg)
+				r, err := benchOnce(ctx, cmd, cfg, kubeconfig)
 				if err != nil {
 					return err
 				}
@@ -84,7 +73,7 @@ Without --kubeconfig it starts a local control plane of its own.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
-	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times and report the median of each figure")
+	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -120,4 +109,25 @@ func printResult(cmd *cobra.Command, r *bench.Result) {
 	row("agent CPU", "%.1f s", r.CPUSeconds)
 	row("delete", "%.1f pods/s, p99 %.0f ms", r.DeletePodsPerS, r.DeleteP99ms)
 	w.Flush()
+}
+
+// benchOnce runs the benchmark once against kubeconfig or, without one, against a
+// local control plane of its own: a fresh one per run, so that every run starts
+// from an empty etcd rather than from the history of the runs before it, which
+// slows the API server down as it grows.
+func benchOnce(ctx context.Context, cmd *cobra.Command, cfg bench.Config, kubeconfig string) (*bench.Result, error) {
+	if kubeconfig == "" {
+		cp, err := controlplane.Start(ctx, controlplane.Config{Out: cmd.ErrOrStderr()})
+		if err != nil {
+			return nil, err
+		}
+		defer cp.Stop()
+		kubeconfig = cp.KubeconfigPath
+	}
+	cfg.Kubeconfig = kubeconfig
+	var err error
+	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, err
+	}
+	return bench.Run(ctx, cfg)
 }
