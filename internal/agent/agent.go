@@ -117,7 +117,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	apiRequests := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
-	restCfg = apiClientConfig(restCfg, cfg, apiRequests)
+	if restCfg, err = apiClientConfig(restCfg, cfg, apiRequests); err != nil {
+		return nil, err
+	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, err
@@ -306,7 +308,7 @@ func (n *Node) metricsHandler() http.Handler {
 
 // apiClientConfig is base with the node's client settings: rate limits, encoding,
 // user agent, and the request counter.
-func apiClientConfig(base *rest.Config, cfg Config, apiRequests *prometheus.CounterVec) *rest.Config {
+func apiClientConfig(base *rest.Config, cfg Config, apiRequests *prometheus.CounterVec) (*rest.Config, error) {
 	restCfg := rest.CopyConfig(base)
 	if cfg.KubeAPIQPS > 0 {
 		restCfg.QPS = cfg.KubeAPIQPS
@@ -319,8 +321,13 @@ func apiClientConfig(base *rest.Config, cfg Config, apiRequests *prometheus.Coun
 	// fraction of JSON's cost (with JSON the agent took 19.9 CPU seconds instead of
 	// 11.2 for 10,000 pods; vkubelet bench, docs/PERFORMANCE.md).
 	ct := cfg.KubeAPIContentType
-	if ct == "" {
+	switch ct {
+	case "":
 		ct = runtime.ContentTypeProtobuf
+	case runtime.ContentTypeProtobuf, runtime.ContentTypeJSON:
+	default:
+		// client-go would accept it and fail every write: refuse it at start.
+		return nil, fmt.Errorf("--kube-api-content-type %q: want %s or %s", ct, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
 	restCfg.ContentType, restCfg.AcceptContentTypes = ct, ct
 	if ct != runtime.ContentTypeJSON {
@@ -330,5 +337,5 @@ func apiClientConfig(base *rest.Config, cfg Config, apiRequests *prometheus.Coun
 	restCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return &countingTransport{next: rt, counter: apiRequests}
 	})
-	return restCfg
+	return restCfg, nil
 }

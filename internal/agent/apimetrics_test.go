@@ -46,7 +46,10 @@ func TestAPIClientSpeaksProtobufByDefault(t *testing.T) {
 			_, _ = w.Write([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns"}}`))
 		}))
 		counter := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
-		cfg := apiClientConfig(&rest.Config{Host: srv.URL}, Config{NodeName: "vk", KubeAPIContentType: tc.contentType}, counter)
+		cfg, err := apiClientConfig(&rest.Config{Host: srv.URL}, Config{NodeName: "vk", KubeAPIContentType: tc.contentType}, counter)
+		if err != nil {
+			t.Fatal(err)
+		}
 		client, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -63,5 +66,12 @@ func TestAPIClientSpeaksProtobufByDefault(t *testing.T) {
 		if err := counter.WithLabelValues("POST", "pods").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
 			t.Errorf("content type %q: counted %v creates (%v), want 1", tc.contentType, m.GetCounter().GetValue(), err)
 		}
+	}
+}
+
+func TestAPIClientRefusesAnUnknownContentType(t *testing.T) {
+	counter := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
+	if _, err := apiClientConfig(&rest.Config{Host: "https://127.0.0.1:1"}, Config{KubeAPIContentType: "protobuf"}, counter); err == nil {
+		t.Fatal("content type \"protobuf\" accepted")
 	}
 }
