@@ -49,8 +49,8 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if st := c.state.get(key); cached.DeletionTimestamp == nil && st.providerUID == cached.UID &&
-		st.lastPod == cached && !st.volumesStale {
+	st := c.state.get(key) // stable while the key's lock is held
+	if cached.DeletionTimestamp == nil && st.providerUID == cached.UID && st.lastPod == cached && !st.volumesStale {
 		// The very object the provider last accepted, and nothing it references
 		// changed: a periodic resync, which every pod of the node gets every
 		// --full-resync-period. Nothing to decode or compare.
@@ -68,7 +68,6 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		return nil // finished pods are left alone but for deletion
 	}
 
-	st := c.state.get(key)
 	if st.providerUID != "" && st.providerUID != p.UID {
 		// The provider still runs an earlier pod of this name: stop it first.
 		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
