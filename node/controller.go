@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -192,13 +193,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	// A single-node informer tells us when our node is deleted; everything else we
 	// read with a Get right before writing.
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
-		}))
+	// It retries promptly while the API server is away (cacheutil).
+	factory := informers.NewSharedInformerFactory(c.client, 0)
 	defer factory.Shutdown() // after cancel, below: waits for the informer to stop
 	defer cancel()
-	informer := factory.Core().V1().Nodes().Informer()
+	informer := factory.InformerFor(&corev1.Node{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		byName := fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+		lw := cacheutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
+		return cache.NewSharedIndexInformer(lw, &corev1.Node{}, resync, cache.Indexers{})
+	})
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			oldNode, ok1 := oldObj.(*corev1.Node)

@@ -14,7 +14,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -132,10 +132,12 @@ func NewController(cfg Config) (*Controller, error) {
 	factory := informers.NewSharedInformerFactory(cfg.Client, cfg.ResyncPeriod)
 	// Without the factory's namespace index, which nothing here reads and which
 	// costs a set entry per pod; the cache keeps pods encoded (compactTransform).
+	// Its list and watch retry promptly while the API server is away, so pods bound
+	// after an outage are seen within a second of its return (cacheutil).
 	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		})
+		onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		lw := cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), func(o *metav1.ListOptions) { o.FieldSelector = onNode })
+		return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync, cache.Indexers{})
 	})
 	if err := podInformer.SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)

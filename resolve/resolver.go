@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -350,15 +349,7 @@ func (r *Resolver) refStoreLocked(k storeKey) {
 		s.refs++
 		return
 	}
-	var inf cache.SharedIndexInformer
-	switch k.kind {
-	case kindConfigMap:
-		inf = coreinformers.NewConfigMapInformer(r.client, k.namespace, 0, cache.Indexers{})
-	case kindSecret:
-		inf = coreinformers.NewSecretInformer(r.client, k.namespace, 0, cache.Indexers{})
-	default:
-		inf = coreinformers.NewServiceInformer(r.client, k.namespace, 0, cache.Indexers{})
-	}
+	inf := r.newInformer(k)
 	// Managed fields are never read: do not keep them.
 	_ = inf.SetTransform(cacheutil.StripManagedFields)
 	if k.kind != kindService { // service links are read once, at start
@@ -537,4 +528,19 @@ func (s *cacheSource) node() (*corev1.Node, error) {
 
 func (s *cacheSource) token(pod *corev1.Pod, audience string, expirationSeconds *int64) (string, error) {
 	return s.r.token(s.ctx, pod, audience, expirationSeconds)
+}
+
+// newInformer makes the informer of one store. Its list and watch retry promptly
+// while the API server is away (cacheutil.RetryWhileUnavailable): a pod waits for
+// these caches before it starts.
+func (r *Resolver) newInformer(k storeKey) cache.SharedIndexInformer {
+	core := r.client.CoreV1()
+	switch k.kind {
+	case kindConfigMap:
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.ConfigMaps(k.namespace), nil), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	case kindSecret:
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.Secrets(k.namespace), nil), &corev1.Secret{}, 0, cache.Indexers{})
+	default:
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.Services(k.namespace), nil), &corev1.Service{}, 0, cache.Indexers{})
+	}
 }
