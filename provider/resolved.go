@@ -15,7 +15,9 @@ import (
 // PullCredentials are shared with the controller, which keeps them to compare
 // with later resolutions, and parts of them with other pods (the environment of a
 // container that declares none is the namespace's service variables, one slice for
-// all such containers): a provider may keep them but must not change them.
+// all such containers; a file's Data is shared with every pod that mounts the same
+// ConfigMap or Secret value, and with the controller's token cache): a provider
+// may keep them but must not change them.
 type ResolvedPod struct {
 	Pod *corev1.Pod
 

@@ -24,8 +24,9 @@ type source interface {
 	// services returns the Services of the namespace.
 	services(namespace string) ([]*corev1.Service, error)
 	node() (*corev1.Node, error)
-	// token returns a service-account token for the pod, bound to it.
-	token(pod *corev1.Pod, audience string, expirationSeconds *int64) (string, error)
+	// token returns a service-account token for the pod, bound to it. The bytes
+	// may be shared: they are read-only.
+	token(pod *corev1.Pod, audience string, expirationSeconds *int64) ([]byte, error)
 }
 
 // note is an Event to record about the pod.

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/provider"
@@ -45,8 +46,8 @@ func (f *fakeSource) node() (*corev1.Node, error) {
 	}
 	return f.nodeObj, nil
 }
-func (f *fakeSource) token(_ *corev1.Pod, aud string, exp *int64) (string, error) {
-	return fmt.Sprintf("token:%s:%d", aud, ptr.Deref(exp, 0)), nil
+func (f *fakeSource) token(_ *corev1.Pod, aud string, exp *int64) ([]byte, error) {
+	return fmt.Appendf(nil, "token:%s:%d", aud, ptr.Deref(exp, 0)), nil
 }
 
 func world() *fakeSource {
@@ -424,21 +425,24 @@ func TestPullCredentials(t *testing.T) {
 	}
 }
 
-func TestTokenDue(t *testing.T) {
-	expires := metav1.Now().Time
-	e := &tokenEntry{expires: expires, ttl: 3600e9}
-	issued := expires.Add(-e.ttl)
-	for _, tt := range []struct {
-		after float64 // fraction of the lifetime since issue
-		due   bool
-	}{{0, false}, {0.5, false}, {0.79, false}, {0.81, true}, {1.2, true}} {
-		now := issued.Add(time.Duration(tt.after * float64(e.ttl)))
-		if got := e.due(now); got != tt.due {
-			t.Errorf("due at %.0f%% of the lifetime = %v, want %v", tt.after*100, got, tt.due)
+func TestTokenRefreshTimeIsSpreadBetween70And80PercentOfItsLifetime(t *testing.T) {
+	issued := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	ttl := time.Hour
+	seen := map[time.Time]bool{}
+	for i := range 200 {
+		at := refreshTime(types.UID(fmt.Sprintf("uid-%d", i)), issued, ttl)
+		if at.Before(issued.Add(ttl*7/10)) || at.After(issued.Add(ttl*8/10)) {
+			t.Fatalf("refresh at %s after issue, want between 70%% and 80%% of %s", at.Sub(issued), ttl)
 		}
+		seen[at] = true
 	}
-	long := &tokenEntry{expires: expires, ttl: 48 * time.Hour}
-	if !long.due(expires.Add(-long.ttl).Add(25 * time.Hour)) {
-		t.Error("a 48h token is not due after 24h")
+	if len(seen) < 150 {
+		t.Errorf("only %d distinct refresh times for 200 pods: not spread", len(seen))
+	}
+	if a, b := refreshTime("x", issued, ttl), refreshTime("x", issued, ttl); !a.Equal(b) {
+		t.Error("refresh time differs for one pod")
+	}
+	if at := refreshTime("x", issued, 48*time.Hour); !at.Equal(issued.Add(24 * time.Hour)) {
+		t.Errorf("a 48h token is refreshed %s after issue, want 24h", at.Sub(issued))
 	}
 }

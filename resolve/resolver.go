@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -70,6 +69,8 @@ type Resolver struct {
 	referrers map[objectKey]map[string]struct{}
 
 	svcEnv serviceEnvMemo
+	// configMapBytes shares mounted ConfigMap values between pods.
+	configMapBytes sharedConfigMapBytes
 }
 
 type kind string
@@ -105,8 +106,8 @@ type podRefs struct {
 	// recorded are the Event messages already recorded for uid (nil: none).
 	recorded map[string]bool
 	// tokens are the service-account tokens handed out for uid, to reuse and
-	// refresh (nil: none, as for most pods of a busy node).
-	tokens map[tokenKey]*tokenEntry
+	// refresh: most pods have one, many none.
+	tokens []podToken
 }
 
 // storesFor is the stores a pod of namespace uses: ConfigMaps, Secrets and
@@ -128,26 +129,6 @@ func storesFor(namespace string) []storeKey {
 func namespaceOf(podKey string) string {
 	ns, _, _ := strings.Cut(podKey, "/")
 	return ns
-}
-
-type tokenKey struct {
-	uid               types.UID
-	serviceAccount    string
-	audience          string
-	expirationSeconds int64
-}
-
-type tokenEntry struct {
-	token   string
-	expires time.Time
-	ttl     time.Duration
-}
-
-// due reports whether the token must be replaced: the kubelet's token manager
-// refreshes once 80% of its lifetime has passed, or after 24h.
-func (e *tokenEntry) due(now time.Time) bool {
-	issued := e.expires.Add(-e.ttl)
-	return now.After(issued.Add(24*time.Hour)) || now.After(e.expires.Add(-e.ttl/5))
 }
 
 // New builds a resolver. Its caches start on demand; Run refreshes tokens and stops
@@ -194,24 +175,6 @@ func (r *Resolver) Run(ctx context.Context) {
 		case <-t.C():
 			r.checkTokens()
 		}
-	}
-}
-
-// checkTokens tells OnChange about every pod holding a token due for refresh.
-func (r *Resolver) checkTokens() {
-	now := r.clock.Now()
-	due := map[string]bool{}
-	r.mu.Lock()
-	for key, p := range r.pods {
-		for _, e := range p.tokens {
-			if e.due(now) {
-				due[key] = true
-			}
-		}
-	}
-	r.mu.Unlock()
-	for key := range due {
-		r.onChange(key)
 	}
 }
 
@@ -390,6 +353,7 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 			delete(m, key)
 			if len(m) == 0 {
 				delete(r.referrers, o)
+				r.configMapBytes.forget(o)
 			}
 		}
 	}
@@ -415,58 +379,6 @@ func (r *Resolver) objectChanged(o objectKey) {
 	for _, k := range keys {
 		r.onChange(k)
 	}
-}
-
-// token returns a token of the pod's service account bound to the pod, reusing the
-// last one until it is due for refresh.
-func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds *int64) (string, error) {
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	k := tokenKey{uid: pod.UID, serviceAccount: sa, audience: audience}
-	if expirationSeconds != nil {
-		k.expirationSeconds = *expirationSeconds
-	}
-	now := r.clock.Now()
-	key := pod.Namespace + "/" + pod.Name
-	r.mu.Lock()
-	var e *tokenEntry
-	if p := r.pods[key]; p != nil && p.uid == pod.UID {
-		e = p.tokens[k]
-	}
-	r.mu.Unlock()
-	if e != nil && !e.due(now) {
-		return e.token, nil
-	}
-	var auds []string
-	if audience != "" {
-		auds = []string{audience}
-	}
-	tr, err := r.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			Audiences:         auds,
-			ExpirationSeconds: expirationSeconds,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("requesting a token of service account %s/%s: %w", pod.Namespace, sa, err)
-	}
-	expires := tr.Status.ExpirationTimestamp.Time
-	ttl := expires.Sub(now)
-	if tr.Spec.ExpirationSeconds != nil {
-		ttl = time.Duration(*tr.Spec.ExpirationSeconds) * time.Second
-	}
-	r.mu.Lock()
-	if p := r.pods[key]; p != nil && p.uid == pod.UID {
-		if p.tokens == nil {
-			p.tokens = map[tokenKey]*tokenEntry{}
-		}
-		p.tokens[k] = &tokenEntry{token: tr.Status.Token, expires: expires, ttl: ttl}
-	}
-	r.mu.Unlock()
-	return tr.Status.Token, nil
 }
 
 // cacheSource reads from the resolver's caches and records what it was asked for.
@@ -498,6 +410,10 @@ func (s *cacheSource) configMap(namespace, name string) (*corev1.ConfigMap, erro
 	return obj.(*corev1.ConfigMap), nil
 }
 
+func (s *cacheSource) configMapBytes(cm *corev1.ConfigMap, key, value string) []byte {
+	return s.r.configMapBytes.get(cm, key, value)
+}
+
 func (s *cacheSource) secret(namespace, name string) (*corev1.Secret, error) {
 	obj, err := s.get(kindSecret, namespace, name)
 	if obj == nil {
@@ -526,7 +442,7 @@ func (s *cacheSource) node() (*corev1.Node, error) {
 	return s.r.client.CoreV1().Nodes().Get(s.ctx, s.r.nodeName, metav1.GetOptions{})
 }
 
-func (s *cacheSource) token(pod *corev1.Pod, audience string, expirationSeconds *int64) (string, error) {
+func (s *cacheSource) token(pod *corev1.Pod, audience string, expirationSeconds *int64) ([]byte, error) {
 	return s.r.token(s.ctx, pod, audience, expirationSeconds)
 }
 

@@ -103,21 +103,21 @@ func TestTokenRequestIsBoundToThePod(t *testing.T) {
 	}
 }
 
-func TestTokenIsRefreshedAtEightyPercentOfItsLifetime(t *testing.T) {
+func TestTokenIsRefreshedBetweenSeventyAndEightyPercentOfItsLifetime(t *testing.T) {
 	f := newTokenFixture(t)
 	p := tokenPod()
 	if got := tokenOf(t, f, p); got != "t1" {
 		t.Fatalf("first token = %q, want t1", got)
 	}
-	f.clk.Step(470 * time.Second) // 78%
+	f.clk.Step(414 * time.Second) // 69%
 	f.r.checkTokens()
 	if got := f.changes(); len(got) != 0 {
-		t.Fatalf("OnChange(%v) before 80%% of the lifetime", got)
+		t.Fatalf("OnChange(%v) before 70%% of the lifetime", got)
 	}
 	if got := tokenOf(t, f, p); got != "t1" {
-		t.Fatalf("token before 80%% = %q, want t1 reused", got)
+		t.Fatalf("token before 70%% = %q, want t1 reused", got)
 	}
-	f.clk.Step(11 * time.Second) // 80.2%
+	f.clk.Step(67 * time.Second) // 80.2%
 	f.r.checkTokens()
 	if got := f.changes(); len(got) != 1 || got[0] != "ns/p" {
 		t.Fatalf("OnChange calls = %v, want [ns/p]", got)
@@ -216,5 +216,35 @@ func TestContainersWithoutEnvironmentShareTheServiceVariables(t *testing.T) {
 	}
 	if reflect.ValueOf(envs[2]).UnsafePointer() == reflect.ValueOf(envs[0]).UnsafePointer() {
 		t.Error("a pod with variables of its own got the shared map")
+	}
+}
+
+func TestTokensDueTogetherAreRefreshedAFewAtATime(t *testing.T) {
+	f := newTokenFixture(t)
+	f.r.checkInterval = time.Second // at most maxTokenRefreshesPerSecond pods per check
+	const pods = 3 * maxTokenRefreshesPerSecond
+	for i := range pods {
+		p := tokenPod()
+		p.Name, p.UID = fmt.Sprintf("p%d", i), types.UID(fmt.Sprintf("uid-%d", i))
+		tokenOf(t, f, p)
+	}
+	f.clk.Step(time.Hour) // every token is past due
+	seen := map[string]bool{}
+	for check := 1; check <= 3; check++ {
+		before := len(f.changes())
+		f.r.checkTokens()
+		got := f.changes()[before:]
+		if len(got) != maxTokenRefreshesPerSecond {
+			t.Fatalf("check %d sent %d pods for a token refresh, want %d", check, len(got), maxTokenRefreshesPerSecond)
+		}
+		for _, k := range got {
+			seen[k] = true
+			f.r.mu.Lock()
+			f.r.pods[k].tokens[0].refreshAt = f.clk.Now().Add(time.Hour) // as a refresh would
+			f.r.mu.Unlock()
+		}
+	}
+	if len(seen) != pods {
+		t.Errorf("%d distinct pods refreshed over three checks, want %d", len(seen), pods)
 	}
 }

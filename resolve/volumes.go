@@ -73,20 +73,22 @@ func (r *resolution) configMapFiles(files map[string]provider.VolumeFile, volume
 		return &MissingError{Kind: "ConfigMap", Namespace: r.pod.Namespace, Name: name, Volume: volume}
 	}
 	if len(items) == 0 {
+		// Bytes are shared, never copied per pod: volume files are read-only
+		// (provider contract) and cached objects are never changed in place.
 		for k, v := range cm.Data {
-			files[k] = provider.VolumeFile{Path: k, Data: []byte(v), Mode: mode}
+			files[k] = provider.VolumeFile{Path: k, Data: configMapBytes(r.src, cm, k, v), Mode: mode}
 		}
 		for k, v := range cm.BinaryData {
-			files[k] = provider.VolumeFile{Path: k, Data: append([]byte(nil), v...), Mode: mode}
+			files[k] = provider.VolumeFile{Path: k, Data: v, Mode: mode}
 		}
 		return nil
 	}
 	for _, it := range items {
 		var data []byte
 		if s, ok := cm.Data[it.Key]; ok {
-			data = []byte(s)
+			data = configMapBytes(r.src, cm, it.Key, s)
 		} else if b, ok := cm.BinaryData[it.Key]; ok {
-			data = append([]byte(nil), b...)
+			data = b
 		} else {
 			if optional {
 				continue
@@ -113,7 +115,7 @@ func (r *resolution) secretFiles(files map[string]provider.VolumeFile, volume, n
 	}
 	if len(items) == 0 {
 		for k, v := range s.Data {
-			files[k] = provider.VolumeFile{Path: k, Data: append([]byte(nil), v...), Mode: mode}
+			files[k] = provider.VolumeFile{Path: k, Data: v, Mode: mode} // shared, as above
 		}
 		return nil
 	}
@@ -125,7 +127,7 @@ func (r *resolution) secretFiles(files map[string]provider.VolumeFile, volume, n
 			}
 			return &MissingError{Kind: "Secret", Namespace: r.pod.Namespace, Name: name, Key: it.Key, Volume: volume}
 		}
-		files[it.Path] = provider.VolumeFile{Path: it.Path, Data: append([]byte(nil), v...), Mode: itemMode(it.Mode, mode)}
+		files[it.Path] = provider.VolumeFile{Path: it.Path, Data: v, Mode: itemMode(it.Mode, mode)}
 	}
 	return nil
 }
@@ -171,10 +173,10 @@ func (r *resolution) projectedFiles(files map[string]provider.VolumeFile, volume
 				continue
 			}
 			tp := src.ServiceAccountToken
-			var tok string
+			var tok []byte
 			tok, err = r.src.token(r.pod, tp.Audience, tp.ExpirationSeconds)
 			if err == nil {
-				files[tp.Path] = provider.VolumeFile{Path: tp.Path, Data: []byte(tok), Mode: mode}
+				files[tp.Path] = provider.VolumeFile{Path: tp.Path, Data: tok, Mode: mode}
 			}
 		}
 		if err != nil {
