@@ -111,7 +111,7 @@ func secretEnvPod(name string) *corev1.Pod {
 
 // waitConfigError waits until the pod shows what the kubelet shows for a missing
 // Secret: Pending, every container Waiting in CreateContainerConfigError, and a
-// Warning Event "Failed".
+// Warning Event with upstream virtual-kubelet's reason MandatorySecretNotFound.
 func waitConfigError(t *testing.T, c kubernetes.Interface, ns, name string) {
 	t.Helper()
 	const msg = `secret "later" not found`
@@ -131,7 +131,7 @@ func waitConfigError(t *testing.T, c kubernetes.Interface, ns, name string) {
 		}
 		var seen []string
 		for _, e := range evs.Items {
-			if e.Type == corev1.EventTypeWarning && e.Reason == "Failed" && e.Message == "Error: "+msg {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "MandatorySecretNotFound" && e.Message == "Error: "+msg {
 				return true, ""
 			}
 			seen = append(seen, e.Reason+": "+e.Message)

@@ -184,7 +184,7 @@ func TestMissingConfigMapKeepsPodPendingWithoutCallingProvider(t *testing.T) {
 	if got := prov.callList(); len(got) != 0 {
 		t.Fatalf("provider calls = %v, want none", got)
 	}
-	if ev := <-f.recorder.Events; ev != `Warning Failed Error: volume "api": configmap "conf" not found` {
+	if ev := <-f.recorder.Events; ev != `Warning MandatoryConfigMapNotFound Error: volume "api": configmap "conf" not found` {
 		t.Errorf("event = %q", ev)
 	}
 	p, _ := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})

@@ -237,7 +237,12 @@ func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.P
 // again when the resolver sees the object appear. Any other error is retried.
 func (c *Controller) resolveFailed(ctx context.Context, p *corev1.Pod, err error) error {
 	msg := resolveMessage(err)
-	c.recorder.Event(p, corev1.EventTypeWarning, ReasonFailed, "Error: "+msg)
+	reason := ReasonFailed
+	var missing *resolve.MissingError
+	if errors.As(err, &missing) {
+		reason = missing.Reason() // upstream virtual-kubelet's name for it
+	}
+	c.recorder.Event(p, corev1.EventTypeWarning, reason, "Error: "+msg)
 	if !resolve.IsMissing(err) {
 		return fmt.Errorf("resolving %s: %w", keyOf(p), err)
 	}

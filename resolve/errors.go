@@ -35,6 +35,22 @@ func (e *MissingError) Error() string {
 	return msg
 }
 
+// Reason is the reason of the Event about the missing reference, as upstream
+// virtual-kubelet names it (MandatoryConfigMapNotFound, MandatorySecretKeyNotFound,
+// …), so that alerts written for it keep working; the container's waiting reason
+// stays the kubelet's CreateContainerConfigError.
+func (e *MissingError) Reason() string { return notFoundReason("Mandatory", e.Kind, e.Key) }
+
+// notFoundReason is upstream virtual-kubelet's Event reason for a missing object
+// (or key of it) that a pod references: "Mandatory" or "Optional", the kind, "Key"
+// if a key is missing, "NotFound".
+func notFoundReason(mandatory, kind, key string) string {
+	if key != "" {
+		return mandatory + kind + "KeyNotFound"
+	}
+	return mandatory + kind + "NotFound"
+}
+
 // IsMissing reports whether err is, or wraps, a *MissingError.
 func IsMissing(err error) bool {
 	var m *MissingError

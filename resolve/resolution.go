@@ -10,8 +10,6 @@ import (
 
 // Event reasons the resolver records on pods.
 const (
-	// ReasonOptionalMissing: an optional reference was missing and skipped.
-	ReasonOptionalMissing = "OptionalReferenceMissing"
 	// ReasonFailedToRetrievePullSecret: the kubelet's reason for a missing pull secret.
 	ReasonFailedToRetrievePullSecret = "FailedToRetrieveImagePullSecret"
 )
@@ -184,5 +182,6 @@ func (r *resolution) noteOptional(kind, name, key, container string) {
 	if container != "" {
 		where = "the environment of container " + container
 	}
-	r.note(corev1.EventTypeNormal, ReasonOptionalMissing, fmt.Sprintf("Optional %s not found; skipped in %s", what, where))
+	// Upstream virtual-kubelet's reasons: OptionalConfigMapNotFound, …KeyNotFound.
+	r.note(corev1.EventTypeNormal, notFoundReason("Optional", kind, key), fmt.Sprintf("Optional %s not found; skipped in %s", what, where))
 }

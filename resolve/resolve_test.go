@@ -326,8 +326,8 @@ func TestOptionalMissingIsNoted(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []note{
-		{"Normal", "OptionalReferenceMissing", "Optional Secret ns/foo not found; skipped in the environment of container c"},
-		{"Normal", "OptionalReferenceMissing", "Optional ConfigMap ns/bar not found; skipped in a volume"},
+		{"Normal", "OptionalSecretNotFound", "Optional Secret ns/foo not found; skipped in the environment of container c"},
+		{"Normal", "OptionalConfigMapNotFound", "Optional ConfigMap ns/bar not found; skipped in a volume"},
 	}
 	if !reflect.DeepEqual(notes, want) {
 		t.Errorf("notes = %v, want %v", notes, want)
@@ -444,5 +444,21 @@ func TestTokenRefreshTimeIsSpreadBetween70And80PercentOfItsLifetime(t *testing.T
 	}
 	if at := refreshTime("x", issued, 48*time.Hour); !at.Equal(issued.Add(24 * time.Hour)) {
 		t.Errorf("a 48h token is refreshed %s after issue, want 24h", at.Sub(issued))
+	}
+}
+
+func TestMissingReferencesCarryUpstreamReasons(t *testing.T) {
+	for _, tt := range []struct {
+		err  *MissingError
+		want string
+	}{
+		{&MissingError{Kind: "ConfigMap", Name: "a"}, "MandatoryConfigMapNotFound"},
+		{&MissingError{Kind: "ConfigMap", Name: "a", Key: "k"}, "MandatoryConfigMapKeyNotFound"},
+		{&MissingError{Kind: "Secret", Name: "a"}, "MandatorySecretNotFound"},
+		{&MissingError{Kind: "Secret", Name: "a", Key: "k"}, "MandatorySecretKeyNotFound"},
+	} {
+		if got := tt.err.Reason(); got != tt.want {
+			t.Errorf("%v: reason %q, want %q", tt.err, got, tt.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,11 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -81,48 +80,22 @@ const (
 	kindService   kind = "Service"
 )
 
-type storeKey struct {
-	kind      kind
-	namespace string
-}
-
 type objectKey struct {
 	kind            kind
 	namespace, name string
 }
 
-// store is one informer: the objects of one kind in one namespace.
-type store struct {
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	refs     int
-}
-
 // podRefs is what the resolver keeps about one pod key.
 type podRefs struct {
 	uid types.UID
-	// The pod uses the stores of storesFor(its namespace).
+	// The pod uses the stores of storesFor(its namespace) and those of the
+	// ConfigMaps and Secrets among objects, which it holds a reference to.
 	objects []objectKey
 	// recorded are the Event messages already recorded for uid (nil: none).
 	recorded map[string]bool
 	// tokens are the service-account tokens handed out for uid, to reuse and
 	// refresh: most pods have one, many none.
 	tokens []podToken
-}
-
-// storesFor is the stores a pod of namespace uses: ConfigMaps, Secrets and
-// Services of its namespace, and Services of "default" (the kubernetes service's
-// variables). Derived rather than kept per pod: a node has thousands of pods and a
-// handful of namespaces.
-func storesFor(namespace string) []storeKey {
-	needed := []storeKey{
-		{kindConfigMap, namespace}, {kindSecret, namespace},
-		{kindService, namespace}, {kindService, "default"},
-	}
-	if namespace == "default" {
-		needed = needed[:3]
-	}
-	return needed
 }
 
 // namespaceOf is the namespace of a pod key.
@@ -232,6 +205,10 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 	if p != nil {
 		r.setObjectsLocked(key, p, src.touched)
 	}
+	// The pod holds its own references now; the resolution's go.
+	for k := range src.held {
+		r.unrefStoreLocked(k)
+	}
 	var record []note
 	for _, n := range notes {
 		if p != nil && !p.recorded[n.Message] {
@@ -291,64 +268,28 @@ func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (ma
 	return stores, nil
 }
 
-func waitSynced(ctx context.Context, inf cache.SharedIndexInformer) error {
-	if inf.HasSynced() {
-		return nil
-	}
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !inf.HasSynced() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-func (r *Resolver) refStoreLocked(k storeKey) {
-	if s := r.stores[k]; s != nil {
-		s.refs++
-		return
-	}
-	inf := r.newInformer(k)
-	// Managed fields are never read: do not keep them.
-	_ = inf.SetTransform(cacheutil.StripManagedFields)
-	if k.kind != kindService { // service links are read once, at start
-		changed := func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if m, ok := obj.(metav1.Object); ok {
-				r.objectChanged(objectKey{k.kind, m.GetNamespace(), m.GetName()})
-			}
-		}
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
-		})
-	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	go inf.RunWithContext(ctx)
-	r.stores[k] = &store{informer: inf, cancel: cancel, refs: 1}
-	r.log.Debug("watching", "kind", k.kind, "namespace", k.namespace)
-}
-
-func (r *Resolver) unrefStoreLocked(k storeKey) {
-	s := r.stores[k]
-	if s == nil {
-		return
-	}
-	if s.refs--; s.refs <= 0 {
-		s.cancel()
-		delete(r.stores, k)
-		r.log.Debug("stopped watching", "kind", k.kind, "namespace", k.namespace)
-	}
-}
-
-// setObjectsLocked replaces the objects pod key references.
+// setObjectsLocked replaces the objects pod key references, and with them its
+// references to the caches of single ConfigMaps and Secrets.
 func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey) {
+	objects = uniqueObjects(objects)
+	for _, o := range objects {
+		if o.kind != kindService {
+			r.refStoreLocked(storeOf(o))
+		}
+		m := r.referrers[o]
+		if m == nil {
+			m = map[string]struct{}{}
+			r.referrers[o] = m
+		}
+		m[key] = struct{}{}
+	}
 	for _, o := range p.objects {
+		if o.kind != kindService {
+			r.unrefStoreLocked(storeOf(o))
+		}
+		if slices.Contains(objects, o) {
+			continue
+		}
 		if m := r.referrers[o]; m != nil {
 			delete(m, key)
 			if len(m) == 0 {
@@ -358,14 +299,21 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 		}
 	}
 	p.objects = objects
-	for _, o := range objects {
-		m := r.referrers[o]
-		if m == nil {
-			m = map[string]struct{}{}
-			r.referrers[o] = m
-		}
-		m[key] = struct{}{}
+}
+
+// uniqueObjects is objects without repeats, in a slice of its own (a pod reads an
+// object once per reference to it).
+func uniqueObjects(objects []objectKey) []objectKey {
+	if len(objects) == 0 {
+		return nil
 	}
+	out := make([]objectKey, 0, len(objects))
+	for _, o := range objects {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return slices.Clip(out)
 }
 
 // objectChanged tells OnChange about the pods that reference o.
@@ -383,17 +331,36 @@ func (r *Resolver) objectChanged(o objectKey) {
 
 // cacheSource reads from the resolver's caches and records what it was asked for.
 type cacheSource struct {
-	r       *Resolver
-	ctx     context.Context
-	stores  map[storeKey]*store
+	r   *Resolver
+	ctx context.Context
+	// stores are the Service caches the pod's namespace uses, acquired and synced.
+	stores map[storeKey]*store
+	// held are the caches of single objects this resolution started or joined,
+	// each with a reference it gives back when it ends.
+	held    map[storeKey]*store
 	touched []objectKey
 }
 
+// get reads a ConfigMap or Secret from its own cache, started (and waited for)
+// the first time a pod of the node references it.
 func (s *cacheSource) get(k kind, namespace, name string) (any, error) {
-	s.touched = append(s.touched, objectKey{k, namespace, name})
-	st := s.stores[storeKey{k, namespace}]
+	o := objectKey{k, namespace, name}
+	s.touched = append(s.touched, o)
+	sk := storeOf(o)
+	st := s.held[sk]
 	if st == nil {
-		return nil, fmt.Errorf("no %s cache for namespace %s", k, namespace)
+		s.r.mu.Lock()
+		st = s.r.refStoreLocked(sk)
+		s.r.mu.Unlock()
+		if s.held == nil {
+			s.held = map[storeKey]*store{}
+		}
+		s.held[sk] = st
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.r.syncTimeout)
+	defer cancel()
+	if err := waitSynced(ctx, st.informer); err != nil {
+		return nil, fmt.Errorf("waiting for the cache of %s %s/%s: %w", k, namespace, name, err)
 	}
 	obj, ok, err := st.informer.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
@@ -427,7 +394,7 @@ func (s *cacheSource) serviceEnv(podNamespace string, links bool, services []*co
 }
 
 func (s *cacheSource) services(namespace string) ([]*corev1.Service, error) {
-	st := s.stores[storeKey{kindService, namespace}]
+	st := s.stores[storeKey{kind: kindService, namespace: namespace}]
 	if st == nil {
 		return nil, fmt.Errorf("no Service cache for namespace %s", namespace)
 	}
@@ -444,19 +411,4 @@ func (s *cacheSource) node() (*corev1.Node, error) {
 
 func (s *cacheSource) token(pod *corev1.Pod, audience string, expirationSeconds *int64) ([]byte, error) {
 	return s.r.token(s.ctx, pod, audience, expirationSeconds)
-}
-
-// newInformer makes the informer of one store. Its list and watch retry promptly
-// while the API server is away (cacheutil.RetryWhileUnavailable): a pod waits for
-// these caches before it starts.
-func (r *Resolver) newInformer(k storeKey) cache.SharedIndexInformer {
-	core := r.client.CoreV1()
-	switch k.kind {
-	case kindConfigMap:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.ConfigMaps(k.namespace), nil), &corev1.ConfigMap{}, 0, cache.Indexers{})
-	case kindSecret:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.Secrets(k.namespace), nil), &corev1.Secret{}, 0, cache.Indexers{})
-	default:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.Services(k.namespace), nil), &corev1.Service{}, 0, cache.Indexers{})
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 // "t1", "t2", … valid for the seconds asked (600 by default), on a fake clock.
 type tokenFixture struct {
 	r       *Resolver
+	client  *fake.Clientset
 	clk     *clocktesting.FakeClock
 	mu      sync.Mutex
 	changed []string
@@ -35,6 +38,7 @@ func newTokenFixture(t *testing.T, objects ...runtime.Object) *tokenFixture {
 	t.Helper()
 	f := &tokenFixture{clk: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	client := fake.NewClientset(objects...)
+	f.client = client
 	client.PrependReactor("create", "serviceaccounts", func(a core.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "token" {
 			return false, nil, nil
@@ -131,26 +135,66 @@ func TestTokenIsRefreshedBetweenSeventyAndEightyPercentOfItsLifetime(t *testing.
 	}
 }
 
-func TestReleaseStopsWatchingTheNamespace(t *testing.T) {
-	f := newTokenFixture(t)
-	p := tokenPod()
-	if err := f.r.Check(context.Background(), p); err != nil {
-		t.Fatal(err)
+// refsPod references the ConfigMap "settings" (env) and the Secret "creds" (volume).
+func refsPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: "MODE", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "mode"}}}}}},
+			Volumes: []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}},
+		},
 	}
-	f.r.mu.Lock()
-	watched := len(f.r.stores)
-	f.r.mu.Unlock()
-	if watched != 4 { // ConfigMaps, Secrets and Services of ns; Services of default
-		t.Errorf("%d caches while a pod is resolved, want 4", watched)
+}
+
+func TestConfigMapsAndSecretsAreWatchedOneByOneWhilePodsReferenceThem(t *testing.T) {
+	f := newTokenFixture(t,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "fast"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "unrelated"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "creds"}, Data: map[string][]byte{"password": []byte("x")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "someone-elses"}},
+	)
+	caches := func() []storeKey {
+		f.r.mu.Lock()
+		defer f.r.mu.Unlock()
+		var out []storeKey
+		for k := range f.r.stores {
+			out = append(out, k)
+		}
+		slices.SortFunc(out, func(a, b storeKey) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+		return out
 	}
-	if len(f.asked) != 0 {
-		t.Errorf("Check requested %d tokens, want none", len(f.asked))
+	for _, name := range []string{"a", "b"} {
+		if err := f.r.Check(context.Background(), refsPod(name)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f.r.Release("ns/p")
+	want := []storeKey{{kindConfigMap, "ns", "settings"}, {kindSecret, "ns", "creds"}, {kindService, "default", ""}, {kindService, "ns", ""}}
+	if got := caches(); !reflect.DeepEqual(got, want) {
+		t.Errorf("caches while two pods are resolved: %v, want %v", got, want)
+	}
+	f.r.Release("ns/a")
+	if got := caches(); !reflect.DeepEqual(got, want) {
+		t.Errorf("caches after one of the two pods is released: %v, want %v", got, want)
+	}
+	f.r.Release("ns/b")
 	f.r.mu.Lock()
 	defer f.r.mu.Unlock()
 	if len(f.r.stores) != 0 || len(f.r.pods) != 0 || len(f.r.referrers) != 0 {
 		t.Errorf("after Release: %d caches, %d pods, %d references; want none", len(f.r.stores), len(f.r.pods), len(f.r.referrers))
+	}
+}
+
+func TestACachedObjectIsReadByName(t *testing.T) {
+	f := newTokenFixture(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "fast"}})
+	var selectors []string
+	f.client.PrependReactor("list", "secrets", func(a core.Action) (bool, runtime.Object, error) {
+		selectors = append(selectors, a.(core.ListAction).GetListRestrictions().Fields.String())
+		return false, nil, nil
+	})
+	_ = f.r.Check(context.Background(), refsPod("a")) // the Secret is missing: a MissingError
+	if !slices.Contains(selectors, "metadata.name=creds") {
+		t.Errorf("secrets listed with field selectors %q, want metadata.name=creds (one object, as the Node authorizer allows)", selectors)
 	}
 }
 
