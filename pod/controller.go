@@ -178,10 +178,8 @@ func NewController(cfg Config) (*Controller, error) {
 	c.deleteQueue = c.newQueue("pod_delete")
 
 	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.handlePod(obj) },
-		UpdateFunc: func(_, obj any) {
-			c.handlePod(obj)
-		},
+		AddFunc:    func(obj any) { c.handlePod(obj) },
+		UpdateFunc: c.handleUpdatedPod,
 		DeleteFunc: c.handleDeletedPod,
 	})
 	if err != nil {
@@ -283,6 +281,20 @@ func (c *Controller) handlePod(obj any) {
 		return
 	}
 	c.syncQueue.Add(key)
+}
+
+// handleUpdatedPod routes an updated pod like a new one and, when its status
+// changed, has the status checked against the provider's: a status changed by
+// someone else — the node-lifecycle controller marks the pods of a node it cannot
+// reach not Ready — is put right as the kubelet's status manager would, and one
+// we wrote costs a comparison.
+func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
+	c.handlePod(newObj)
+	old, ok1 := oldObj.(*cachedPod)
+	p, ok2 := newObj.(*cachedPod)
+	if ok1 && ok2 && old.statusHash != p.statusHash && !p.terminal && p.DeletionTimestamp == nil {
+		c.statusQueue.Add(p.key())
+	}
 }
 
 // handleDeletedPod reacts to a pod gone from the API: the provider must stop it.

@@ -488,3 +488,39 @@ func TestLostPodWithRestartPolicyAlwaysIsCreatedAgain(t *testing.T) {
 		t.Fatalf("provider calls = %v, want CreatePod", calls)
 	}
 }
+
+func TestAStatusChangedBySomeoneElseIsCheckedAgainstTheProvider(t *testing.T) {
+	f := newFixture(t, newPod("a"))
+	f.start()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	old, err := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node-lifecycle controller marks the pod not Ready while it cannot reach the node.
+	p := old.DeepCopy()
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+	changed, err := compact(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := compact(old.DeepCopy())
+	for f.c.statusQueue.Len() > 0 { // drain what the test's own writes queued
+		k, _ := f.c.statusQueue.Get()
+		f.c.statusQueue.Done(k)
+	}
+	f.c.handleUpdatedPod(same, same)
+	if n := f.c.statusQueue.Len(); n != 0 {
+		t.Errorf("an update that left the status alone queued %d status checks, want 0", n)
+	}
+	f.c.handleUpdatedPod(same, changed)
+	if n := f.c.statusQueue.Len(); n != 1 {
+		t.Errorf("an update that changed the status queued %d status checks, want 1", n)
+	}
+}

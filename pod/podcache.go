@@ -2,6 +2,9 @@ package pod
 
 import (
 	"fmt"
+	"hash/fnv"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,7 +33,11 @@ type cachedPod struct {
 	DeletionTimestamp *metav1.Time
 	// terminal is true when the pod's phase is Succeeded or Failed.
 	terminal bool
-	raw      []byte
+	// statusHash fingerprints the pod's status, so that an update that changed
+	// it (ours, or someone else's to correct) is told from one that did not
+	// without decoding.
+	statusHash uint64
+	raw        []byte
 }
 
 var (
@@ -77,12 +84,41 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	h := fnv.New64a()
+	_, _ = h.Write(statusField(raw))
 	return &cachedPod{
 		Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
-		terminal: isTerminal(&p.Status),
-		raw:      raw,
+		terminal:   isTerminal(&p.Status),
+		statusHash: h.Sum64(),
+		raw:        raw,
 	}, nil
+}
+
+// podStatusField is the field number of status in a Pod's protobuf encoding.
+const podStatusField = 3
+
+// statusField is the encoded status within a pod's protobuf encoding, found by
+// walking its top-level fields: no second encoding on the informer's hot path.
+// Nil if there is none.
+func statusField(raw []byte) []byte {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return nil
+		}
+		raw = raw[n:]
+		if num == podStatusField && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(raw)
+			return v
+		}
+		n = protowire.ConsumeFieldValue(num, typ, raw)
+		if n < 0 {
+			return nil
+		}
+		raw = raw[n:]
+	}
+	return nil
 }
 
 // compactTransform is the pod informer's transform: every pod it receives is

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -71,5 +72,28 @@ func TestATombstoneWithoutAnObjectStillStopsThePod(t *testing.T) {
 	}
 	if key, _ := f.c.deleteQueue.Get(); key != "ns/gone" {
 		t.Fatalf("queued %q, want ns/gone", key)
+	}
+}
+
+func TestStatusFieldIsThePodsEncodedStatus(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7"}}
+	raw, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := p.Status.Marshal()
+	if got := statusField(raw); !bytes.Equal(got, want) {
+		t.Fatalf("statusField = %x, want %x", got, want)
+	}
+	a, _ := compact(p.DeepCopy())
+	q := p.DeepCopy()
+	q.Labels = map[string]string{"x": "y"}
+	b, _ := compact(q)
+	q.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	c, _ := compact(q)
+	if a.statusHash != b.statusHash || b.statusHash == c.statusHash {
+		t.Errorf("status hashes: same status %x/%x, changed status %x; want equal, then different", a.statusHash, b.statusHash, c.statusHash)
 	}
 }

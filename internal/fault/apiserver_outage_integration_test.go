@@ -25,13 +25,14 @@ import (
 
 func TestMain(m *testing.M) {
 	// No scheduler: the tests bind their pods themselves, so that what they time is
-	// the node's recovery, not the scheduler's.
-	testenv.Main(m, controlplane.Config{})
+	// the node's recovery, not the scheduler's. The controller-manager judges the
+	// nodes' health, as in a cluster, with a short grace period.
+	testenv.Main(m, controlplane.Config{ControllerManager: true, NodeMonitorGracePeriod: 10 * time.Second})
 }
 
 // startNode runs an in-process virtual node with the mock provider until stop is
-// called or the test ends.
-func startNode(t *testing.T, name string) (p *mock.Provider, stop func()) {
+// called or the test ends; tweak, if given, changes its configuration first.
+func startNode(t *testing.T, name string, tweak ...func(*agent.Config)) (p *mock.Provider, stop func()) {
 	t.Helper()
 	cp := testenv.ControlPlane(t)
 	b, _ := json.Marshal(mock.Config{})
@@ -39,7 +40,7 @@ func startNode(t *testing.T, name string) (p *mock.Provider, stop func()) {
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n, err := agent.New(context.Background(), agent.Config{
+	cfg := agent.Config{
 		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: cp.RESTConfig,
 		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
 		SelfSignedServingCert: true, CertDir: t.TempDir(),
@@ -47,7 +48,11 @@ func startNode(t *testing.T, name string) (p *mock.Provider, stop func()) {
 		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
 		KubeAPIQPS: 100, KubeAPIBurst: 200,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	n, err := agent.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +186,12 @@ func TestNewPodsStartPromptlyAfterAPIServerOutages(t *testing.T) {
 		}
 		if n := p.CreateCount(pod.UID); n != 1 {
 			t.Errorf("pod %s created %d times in the provider, want 1", name, n)
+		}
+		// However the informer came back (watch resumed, or a relist after the
+		// API server's watch cache started afresh), unchanged pods are not handed
+		// to the provider again.
+		if n, v := p.UpdateCalls(pod.UID), p.VolumeUpdates(ns, name); n != 0 || v != 0 {
+			t.Errorf("pod %s: %d UpdatePod and %d UpdatePodVolumes calls, want none", name, n, v)
 		}
 	}
 	if got := len(p.Pods()); got != len(names) {

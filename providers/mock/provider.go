@@ -66,6 +66,7 @@ type Provider struct {
 	pods         map[string]*podRecord      // by namespace/name
 	createCounts map[types.UID]int          // pods actually created, by UID (persisted)
 	deleteCalls  map[types.UID]int          // DeletePod calls, by UID (persisted)
+	updateCalls  map[types.UID]int          // UpdatePod calls, by UID
 	nextIP       uint32                     // offset from firstPodIP of the next pod IP (persisted)
 	hostIP       string                     // given by WithHostIP, else the node's InternalIP
 	hostIPFixed  bool                       // hostIP came from WithHostIP: ConfigureNode leaves it
@@ -130,6 +131,7 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		pods:         map[string]*podRecord{},
 		createCounts: map[types.UID]int{},
 		deleteCalls:  map[types.UID]int{},
+		updateCalls:  map[types.UID]int{},
 		resolved:     map[string]*keptResolution{},
 		volumeCalls:  map[string]int{},
 		hostIP:       defaultHostIP,
@@ -311,6 +313,9 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 // UpdatePod stores the new spec and metadata of the pod (the reported container
 // images follow the spec). Its state (pending, running, deleting) is unchanged.
 func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	p.updateCalls[pod.UID]++
+	p.mu.Unlock()
 	if err := p.injectFailure("update", pod); err != nil {
 		return err
 	}
@@ -462,6 +467,15 @@ func (p *Provider) CreateCount(uid types.UID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.createCounts[uid]
+}
+
+// UpdateCalls returns how many times UpdatePod was called for this UID, whatever
+// the outcome. It is meant for tests: a node that relists or resyncs must not
+// call it for pods that did not change.
+func (p *Provider) UpdateCalls(uid types.UID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.updateCalls[uid]
 }
 
 // DeleteCalls returns how many times DeletePod was called for this UID, whatever the
