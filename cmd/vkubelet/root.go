@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/providers"
@@ -20,8 +22,9 @@ import (
 // nodeFlags are the flags of a node process, shared by `vkubelet` and `vkubelet up`.
 // Names and meanings follow upstream virtual-kubelet where they are the same.
 type nodeFlags struct {
-	cfg      agent.Config
-	logLevel string
+	cfg       agent.Config
+	logLevel  string
+	logFormat string
 }
 
 func defaultNodeFlags() *nodeFlags {
@@ -58,7 +61,8 @@ func defaultNodeFlags() *nodeFlags {
 			LeaseDuration:      40 * time.Second,
 			RenewInterval:      10 * time.Second,
 		},
-		logLevel: "info",
+		logLevel:  "info",
+		logFormat: "text",
 	}
 }
 
@@ -98,17 +102,38 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "where the cluster-issued serving certificate and key are kept (default: a directory under the system temp dir)")
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", c.ClientCAFile, "CA that signs client certificates accepted by the kubelet API; empty: the cluster's, from kube-system/extension-apiserver-authentication")
 	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&f.logFormat, "log-format", f.logFormat, "log format: text (key=value) or json (one object a line)")
 }
 
-// logger builds the process's structured logger and makes it the default.
+// logger builds the process's structured logger and makes it the default, for
+// vkubelet's own logs and for client-go's and the other Kubernetes libraries',
+// which log through klog: klog is routed into the same handler, so a node's log is
+// one stream in one format.
 func (f *nodeFlags) logger() (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+	l, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return nil, err
+	}
+	slog.SetDefault(l)
+	klog.SetSlogLogger(l)
+	return l, nil
+}
+
+// newLogger is a logger writing to w at level in format ("text" or "json").
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	l := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	slog.SetDefault(l)
-	return l, nil
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
 }
 
 func newRootCommand() *cobra.Command {
