@@ -133,6 +133,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
 		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{})}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), apiRequests)
+	n.registry.MustRegister(clientMetrics()...)
 
 	n.kubeletListener = cfg.KubeletListener
 	if n.kubeletListener == nil {

@@ -270,10 +270,15 @@ func TestStatusWritesKeepOthersConditionsAndLabels(t *testing.T) {
 	}
 }
 
+// TestProviderFailuresConvergeAndAreEvents runs pods on a provider that fails 30%
+// of its calls and answers every call 2 s late: every pod starts and is deleted,
+// every failure is an Event, and the queues back off instead of spinning (the
+// provider sees a few calls per pod, not hundreds).
 func TestProviderFailuresConvergeAndAreEvents(t *testing.T) {
 	const node = "vk-flaky"
 	metricsAddr := freeAddr(t)
-	startNode(t, node, mock.Config{FailureRate: 0.3, Seed: 7}, func(c *agent.Config) { c.MetricsAddr = metricsAddr })
+	startNode(t, node, mock.Config{FailureRate: 0.3, Seed: 7, Latency: mock.Duration{Duration: 2 * time.Second}},
+		func(c *agent.Config) { c.MetricsAddr = metricsAddr })
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
@@ -321,7 +326,37 @@ func TestProviderFailuresConvergeAndAreEvents(t *testing.T) {
 		}
 		return failures > 0 && events == failures, fmt.Sprintf("%d failed provider calls, %d ProviderFailed events", failures, events)
 	})
-	t.Logf("%d injected provider failures, each recorded as an Event; all %d pods converged", failures, n)
+	creates, deletes := providerCalls(t, metricsAddr, "CreatePod", ""), providerCalls(t, metricsAddr, "DeletePod", "")
+	// With 30% failures a pod takes 1.4 calls on average; 3 per pod would mean
+	// about one pod in a thousand needing six. A spinning queue makes hundreds.
+	if creates > 3*n || deletes > 3*n {
+		t.Errorf("%d CreatePod and %d DeletePod calls for %d pods: the queues do not back off", creates, deletes, n)
+	}
+	t.Logf("%d injected provider failures, each recorded as an Event; all %d pods converged with %d CreatePod and %d DeletePod calls (2 s each)",
+		failures, n, creates, deletes)
+}
+
+// providerCalls is the agent's count of calls of one provider method with one
+// result ("ok", "error"; "" for both).
+func providerCalls(t *testing.T, addr, method, result string) int {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	total := 0
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "vkubelet_provider_calls_total{") || !strings.Contains(line, `"`+method+`"`) ||
+			(result != "" && !strings.Contains(line, `result="`+result+`"`)) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		total += int(v)
+	}
+	return total
 }
 
 func freeAddr(t *testing.T) string {
@@ -336,24 +371,5 @@ func freeAddr(t *testing.T) string {
 // providerErrors reads vkubelet_provider_calls_total{result="error"} of the
 // create/update/delete methods from the agent's metrics endpoint.
 func providerErrors(t *testing.T, addr string) int {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	total := 0
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, "vkubelet_provider_calls_total{") || !strings.Contains(line, `result="error"`) {
-			continue
-		}
-		if !strings.Contains(line, `"CreatePod"`) && !strings.Contains(line, `"UpdatePod"`) && !strings.Contains(line, `"DeletePod"`) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		total += int(v)
-	}
-	return total
+	return providerCalls(t, addr, "CreatePod", "error") + providerCalls(t, addr, "UpdatePod", "error") + providerCalls(t, addr, "DeletePod", "error")
 }

@@ -42,6 +42,12 @@ type Config struct {
 	// StopDelay is how long a deleted pod takes to stop, capped by its grace period.
 	StopDelay Duration `json:"stopDelay,omitzero"`
 
+	// Latency is how long every CreatePod, UpdatePod, DeletePod and GetPodStatus
+	// call takes before it answers (injected failures included), as a remote
+	// back end would; 0 answers at once. A call whose context ends first fails
+	// with the context's error.
+	Latency Duration `json:"latency,omitzero"`
+
 	// FailureRate is the fraction, in [0, 1], of CreatePod, UpdatePod and DeletePod
 	// calls that fail with an errdefs.Unavailable error before doing anything.
 	FailureRate float64 `json:"failureRate,omitempty"`

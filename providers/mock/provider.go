@@ -248,6 +248,21 @@ func (p *Provider) lookupLocked(key string, now time.Time) *podRecord {
 	return rec
 }
 
+// answerLate waits the configured Latency, or until ctx ends.
+func (p *Provider) answerLate(ctx context.Context) error {
+	if p.cfg.Latency.Duration <= 0 {
+		return nil
+	}
+	t := p.clock.NewTimer(p.cfg.Latency.Duration)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
 // injectFailure returns the injected error of a call that is to fail, or nil.
 func (p *Provider) injectFailure(op string, pod *corev1.Pod) error {
 	if p.rng == nil {
@@ -274,6 +289,9 @@ func (p *Provider) allocIPLocked() string {
 // Creating a pod that exists with the same UID does nothing; with another UID, the new
 // pod replaces the old one.
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := p.answerLate(ctx); err != nil {
+		return err
+	}
 	if err := p.injectFailure("create", pod); err != nil {
 		return err
 	}
@@ -316,6 +334,9 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	p.updateCalls[pod.UID]++
 	p.mu.Unlock()
+	if err := p.answerLate(ctx); err != nil {
+		return err
+	}
 	if err := p.injectFailure("update", pod); err != nil {
 		return err
 	}
@@ -350,6 +371,9 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.deleteCalls[pod.UID]++
 	p.version++
 	p.mu.Unlock()
+	if err := p.answerLate(ctx); err != nil {
+		return err
+	}
 	if err := p.injectFailure("delete", pod); err != nil {
 		return err
 	}
@@ -417,6 +441,9 @@ func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.
 // GetPodStatus returns the pod's current status, or a NotFound error once it has
 // stopped.
 func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	if err := p.answerLate(ctx); err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()

@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/tools/metrics"
+)
+
+// client-go's own measurements of the agent's API requests — latency, results,
+// retries, the rate limiter's wait — as Prometheus metrics under the names the
+// kubelet exposes them (rest_client_*), next to vkubelet's. client-go takes one
+// set of metrics per process, so they are made and handed to it once.
+var (
+	restClientLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rest_client_request_duration_seconds", Help: "Request latency of the agent's API requests, by verb and host.",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60},
+	}, []string{"verb", "host"})
+	restClientRateLimiterLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rest_client_rate_limiter_duration_seconds", Help: "Time the agent's API requests waited for client-side rate limiting, by verb and host.",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60},
+	}, []string{"verb", "host"})
+	restClientResults = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rest_client_requests_total", Help: "The agent's API requests, by status code, method and host.",
+	}, []string{"code", "method", "host"})
+	restClientRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rest_client_request_retries_total", Help: "Retries of the agent's API requests, by status code, method and host.",
+	}, []string{"code", "method", "host"})
+
+	registerClientMetricsOnce sync.Once
+)
+
+// clientMetrics hands the collectors to client-go (once per process) and returns
+// them, for a node's registry.
+func clientMetrics() []prometheus.Collector {
+	registerClientMetricsOnce.Do(func() {
+		metrics.Register(metrics.RegisterOpts{
+			RequestLatency:     latencyByVerbAndHost{restClientLatency},
+			RateLimiterLatency: latencyByVerbAndHost{restClientRateLimiterLatency},
+			RequestResult:      resultByCode{restClientResults},
+			RequestRetry:       retryByCode{restClientRetries},
+		})
+	})
+	return []prometheus.Collector{restClientLatency, restClientRateLimiterLatency, restClientResults, restClientRetries}
+}
+
+type latencyByVerbAndHost struct{ h *prometheus.HistogramVec }
+
+// Observe keeps the host, not the URL: paths name objects, one series each.
+func (l latencyByVerbAndHost) Observe(_ context.Context, verb string, u url.URL, d time.Duration) {
+	l.h.WithLabelValues(verb, u.Host).Observe(d.Seconds())
+}
+
+type resultByCode struct{ c *prometheus.CounterVec }
+
+func (r resultByCode) Increment(_ context.Context, code, method, host string) {
+	r.c.WithLabelValues(code, method, host).Inc()
+}
+
+type retryByCode struct{ c *prometheus.CounterVec }
+
+func (r retryByCode) IncrementRetry(_ context.Context, code, method, host string) {
+	r.c.WithLabelValues(code, method, host).Inc()
+}
