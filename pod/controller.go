@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +62,10 @@ type Config struct {
 	// Clock drives grace periods and polling; nil means the real clock.
 	Clock  clock.WithTicker
 	Logger *slog.Logger
+	// Tracer traces pod syncs, provider calls and status writes; nil traces
+	// nothing. The contexts handed to the provider carry the spans, so a
+	// provider that propagates trace context continues them.
+	Tracer trace.Tracer
 }
 
 // Controller syncs the pods bound to one node with a provider.
@@ -94,6 +100,7 @@ type Controller struct {
 	metrics  *Metrics
 	clock    clock.WithTicker
 	log      *slog.Logger
+	tracer   trace.Tracer
 
 	workers       int
 	statusWorkers int
@@ -123,6 +130,9 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = tracenoop.NewTracerProvider().Tracer("")
 	}
 	if cfg.Recorder == nil {
 		b := record.NewBroadcaster()
@@ -155,6 +165,7 @@ func NewController(cfg Config) (*Controller, error) {
 		metrics:       cfg.Metrics,
 		clock:         cfg.Clock,
 		log:           cfg.Logger.With("component", "pod-controller", "node", cfg.NodeName),
+		tracer:        cfg.Tracer,
 		workers:       cfg.Workers,
 		statusWorkers: cfg.StatusWorkers,
 		pollInterval:  cfg.StatusPollInterval,

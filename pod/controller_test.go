@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -129,6 +130,7 @@ type fixture struct {
 	provider *fakeProvider
 	recorder *record.FakeRecorder
 	clock    *clocktesting.FakeClock
+	tracer   trace.Tracer // nil: none
 	c        *Controller
 	ctx      context.Context
 }
@@ -151,7 +153,7 @@ func (f *fixture) start() {
 	c, err := NewController(Config{
 		Client: f.client, NodeName: testNode, Provider: f.provider,
 		Recorder: f.recorder, Clock: f.clock, StatusPollInterval: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tracer: f.tracer,
 	})
 	if err != nil {
 		f.t.Fatal(err)

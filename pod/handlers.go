@@ -13,11 +13,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/vkubelet/vkubelet/errdefs"
 )
 
 // statusHandler brings the API's status of a pod up to the provider's.
-func (c *Controller) statusHandler(ctx context.Context, key string) error {
+func (c *Controller) statusHandler(ctx context.Context, key string) (err error) {
 	unlock := c.state.lock(key)
 	defer unlock()
 
@@ -35,6 +37,11 @@ func (c *Controller) statusHandler(ctx context.Context, key string) error {
 	st := c.state.get(key)
 	if st.providerUID != p.UID || isTerminal(&p.Status) {
 		return nil // not (yet) in the provider, or finished for good
+	}
+	ctx, span := c.startSpan(continuedFrom(ctx, st.startTrace), spanStatus, key)
+	defer func() { endSpan(span, err) }()
+	if st.startTrace.IsValid() {
+		c.state.updateIfExists(key, func(s *podState) { s.startTrace = trace.SpanContext{} })
 	}
 	status := st.notified
 	if status == nil {
@@ -81,7 +88,9 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 		return err
 	}
 	done := c.metrics.observeStatusWrite()
-	err = c.patchStatus(ctx, p.Namespace, p.Name, patch)
+	pctx, span := c.startSpan(ctx, spanPatch, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
+	err = c.patchStatus(pctx, p.Namespace, p.Name, patch)
+	endSpan(span, err)
 	done(err)
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // the pod is gone or was replaced; its successor gets its own sync
@@ -108,9 +117,11 @@ func (c *Controller) patchStatus(ctx context.Context, namespace, name string, pa
 
 // deleteHandler stops a pod the API is deleting (or has deleted) and, once the
 // provider confirms or the grace period is over, removes it from the API.
-func (c *Controller) deleteHandler(ctx context.Context, key string) error {
+func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) {
 	unlock := c.state.lock(key)
 	defer unlock()
+	ctx, span := c.startSpan(ctx, spanDelete, key)
+	defer func() { endSpan(span, err) }()
 
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {

@@ -3,6 +3,7 @@ package pod
 import (
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -34,6 +35,9 @@ type podState struct {
 	// volumesStale is set when an object the pod references changed, or one of its
 	// tokens is due for refresh, since volumes were resolved.
 	volumesStale bool
+	// startTrace is the recorded sync span that created the pod in the provider,
+	// until the first status write continues its trace; zero when not traced.
+	startTrace trace.SpanContext
 }
 
 // stateStore holds the podState of every key and a lock per key, so the sync,

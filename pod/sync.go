@@ -11,6 +11,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
@@ -123,14 +126,17 @@ func sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool, error) {
 // createInProvider resolves the pod and hands it to the provider. A pod whose
 // mandatory references are missing is not handed over: it waits, as the kubelet's
 // would, until the resolver reports that what it lacks has appeared.
-func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod) error {
+func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod) (err error) {
+	ctx, sync := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "create")))
+	defer func() { endSpan(sync, err) }()
 	var rp *provider.ResolvedPod
-	var err error
+	rctx, span := c.startSpan(ctx, spanResolve, key)
 	if c.resolvedHandler != nil {
-		rp, err = c.resolver.Resolve(ctx, p)
+		rp, err = c.resolver.Resolve(rctx, p)
 	} else {
-		err = c.resolver.Check(ctx, p)
+		err = c.resolver.Check(rctx, p)
 	}
+	endSpan(span, err)
 	if err != nil {
 		return c.resolveFailed(ctx, p, err)
 	}
@@ -143,9 +149,14 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	if err != nil {
 		return err
 	}
+	// The first status write continues this trace, if it is recorded.
+	started := trace.SpanContextFromContext(ctx)
+	if !started.IsSampled() {
+		started = trace.SpanContext{}
+	}
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.lastPod = p.UID, cached
-		s.deleteRequested, s.notified = "", nil
+		s.deleteRequested, s.notified, s.startTrace = "", nil, started
 		s.env, s.volumes, s.volumesStale = nil, nil, false
 		if rp != nil {
 			s.env, s.volumes = rp.Env, rp.Volumes
@@ -163,10 +174,11 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 // updateInProvider tells the provider about a change of an updatable field. A
 // resolving provider gets the pod re-resolved, but with the environment it started
 // with: the kubelet does not change the environment of a running container either.
-func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod, st podState) error {
+func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod, st podState) (err error) {
+	ctx, sync := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "update")))
+	defer func() { endSpan(sync, err) }()
 	var rp *provider.ResolvedPod
 	if c.resolvedHandler != nil {
-		var err error
 		rp, err = c.resolver.Resolve(ctx, p)
 		if err != nil {
 			c.recorder.Event(p, corev1.EventTypeWarning, ReasonFailed, "Error: "+resolveMessage(err))
@@ -198,10 +210,12 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 // something they come from changed, and only if the files did change. A reference
 // that went missing leaves the files as they were, as the kubelet leaves a mounted
 // volume.
-func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.Pod, st podState) error {
+func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.Pod, st podState) (err error) {
 	if !st.volumesStale {
 		return nil
 	}
+	ctx, sync := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "refreshVolumes")))
+	defer func() { endSpan(sync, err) }()
 	c.state.update(key, func(s *podState) { s.volumesStale = false })
 	if c.volumeUpdater == nil || c.resolvedHandler == nil {
 		return nil
@@ -277,7 +291,9 @@ func resolveMessage(err error) string {
 // failure, recording an Event and putting the reason in the pod's status.
 func (c *Controller) callProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
 	done := c.metrics.observeProviderCall(method)
+	ctx, span := c.startSpan(ctx, "provider."+method, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
 	err := call(ctx)
+	endSpan(span, err)
 	done(err)
 	if err == nil {
 		return nil
@@ -295,7 +311,9 @@ func (c *Controller) callProvider(ctx context.Context, p *corev1.Pod, method str
 }
 
 // markLost ends a pod that the provider lost and may not restart.
-func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) error {
+func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) (err error) {
+	ctx, sync := c.startSpan(ctx, spanSync, keyOf(p), trace.WithAttributes(attribute.String("vkubelet.action", "markLost")))
+	defer func() { endSpan(sync, err) }()
 	msg := "the provider no longer runs this pod and its restartPolicy Never forbids starting it again"
 	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderLost, msg)
 	status := &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonProviderLost, Message: msg}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/providers"
+	"github.com/vkubelet/vkubelet/internal/tracing"
 	"github.com/vkubelet/vkubelet/internal/version"
 )
 
@@ -60,6 +61,7 @@ func defaultNodeFlags() *nodeFlags {
 			ServingKeyFile:     os.Getenv("APISERVER_KEY_LOCATION"),
 			LeaseDuration:      40 * time.Second,
 			RenewInterval:      10 * time.Second,
+			Tracing:            tracing.Config{SamplingRatio: -1},
 		},
 		logLevel:  "info",
 		logFormat: "text",
@@ -101,6 +103,9 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.ApproveServingCSR, "approve-serving-csr", c.ApproveServingCSR, "approve the node's own kubelet-serving CSR (development clusters; needs the right to approve CSRs)")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "where the cluster-issued serving certificate and key are kept (default: a directory under the system temp dir)")
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", c.ClientCAFile, "CA that signs client certificates accepted by the kubelet API; empty: the cluster's, from kube-system/extension-apiserver-authentication")
+	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", c.Tracing.Endpoint, "host:port of an OTLP/gRPC receiver for traces of pod syncs, provider calls and status writes; empty: $OTEL_EXPORTER_OTLP_ENDPOINT, and off without it")
+	fs.BoolVar(&c.Tracing.Insecure, "tracing-insecure", c.Tracing.Insecure, "send traces over plaintext gRPC (a collector on the same host)")
+	fs.Float64Var(&c.Tracing.SamplingRatio, "tracing-sampling-ratio", c.Tracing.SamplingRatio, "fraction of pod traces recorded, 0 to 1; negative: $OTEL_TRACES_SAMPLER decides (default: all)")
 	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", f.logFormat, "log format: text (key=value) or json (one object a line)")
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vkubelet/vkubelet/internal/providers"
+	"github.com/vkubelet/vkubelet/internal/tracing"
 	"github.com/vkubelet/vkubelet/internal/version"
 	"github.com/vkubelet/vkubelet/kubeletapi"
 	"github.com/vkubelet/vkubelet/node"
@@ -77,6 +78,10 @@ type Config struct {
 	// ClientCAFile authenticates client certificates (the API server's); empty
 	// reads the cluster's client CA from kube-system/extension-apiserver-authentication.
 	ClientCAFile string
+	// Tracing says where spans of pod syncs, provider calls and status writes go
+	// (OTLP); off unless an endpoint is set here or in the OTEL_* variables.
+	Tracing tracing.Config
+
 	// KubeletListener, if set, is where the kubelet API listens instead of
 	// KubeletPort (for instance a socket in a network namespace, see internal/netns).
 	KubeletListener net.Listener
@@ -97,6 +102,8 @@ type Node struct {
 	kubeletListener net.Listener
 	// apiReady is closed once the kubelet API serves (it may wait for its certificate).
 	apiReady chan struct{}
+	// stopTracing sends the spans still buffered; Run calls it on the way out.
+	stopTracing func(context.Context) error
 }
 
 // New builds the node: it connects to the API server and constructs the provider,
@@ -163,11 +170,17 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := metrics.Register(n.registry); err != nil {
 		return nil, err
 	}
+	cfg.Tracing.NodeName = cfg.NodeName
+	tp, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
+	if err != nil {
+		return nil, err
+	}
+	n.stopTracing = stopTracing
 	n.pods, err = pod.NewController(pod.Config{
 		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers,
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
-		Metrics: metrics, Logger: cfg.Logger,
+		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
 	})
 	if err != nil {
 		return nil, err
@@ -185,6 +198,13 @@ func (n *Node) Provider() any { return n.provider }
 // registered and the pod controller has reconciled with the provider. A node that is
 // not ready within StartupTimeout (if set) is an error.
 func (n *Node) Run(ctx context.Context, ready func()) error {
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := n.stopTracing(ctx); err != nil {
+			n.log.Warn("sending the last spans", "error", err)
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
