@@ -406,3 +406,95 @@ func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 		t.Fatalf("containerd processes of the stopped up remain: %s", s)
 	}
 }
+
+// TestRestartAfterSIGKILLMidDeletionLosesNoDeletion runs 1,000 pods, deletes them
+// all, kills the node process while the deletions are under way, restarts it, and
+// checks that every pod is stopped in the provider (its persisted state is empty)
+// and removed from the API: no deletion is lost to the crash.
+func TestRestartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T) {
+	cp := testenv.ControlPlane(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	const node, total = "vk-crash-delete", 1000
+	stateFile := filepath.Join(t.TempDir(), "mock-state.json")
+	// Stopping takes a few seconds, so that the crash comes in the middle of it.
+	mockCfg := mock.Config{StateFile: stateFile, Pods: "2000", StopDelay: mock.Duration{Duration: 5 * time.Second}}
+	args := []string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath, "--provider", "mock",
+		"--provider-config", writeMockConfig(t, mockCfg), "--disable-taint",
+		"--kubelet-port", "0", "--self-signed-serving-cert", "--cert-dir", t.TempDir(),
+		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s"}
+	first := startNodeProcess(t, args...)
+	waitNodeReady(t, c, node)
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 20)
+	for i := 0; i < total; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "d-" + strconv.Itoa(i)},
+				Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+					TerminationGracePeriodSeconds: ptr.To[int64](30)},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		run := 0
+		for _, p := range podsOf(t, c, ns) {
+			if p.Status.Phase == corev1.PodRunning {
+				run++
+			}
+		}
+		return run == total, fmt.Sprintf("%d of %d pods Running", run, total)
+	})
+
+	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Kill the node once a third of the pods are gone from the API.
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		left := len(podsOf(t, c, ns))
+		return left <= total*2/3, fmt.Sprintf("%d pods left", left)
+	})
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.cmd.Wait()
+	t.Logf("node killed with %d of %d pods still in the API", len(podsOf(t, c, ns)), total)
+
+	second := startNodeProcess(t, args...)
+	restarted := time.Now()
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		left := len(podsOf(t, c, ns))
+		return left == 0, fmt.Sprintf("%d pods left in the API", left)
+	})
+	t.Logf("every pod removed %s after the restart", time.Since(restarted).Round(time.Millisecond))
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		b, _ := os.ReadFile(second.log)
+		return strings.Contains(string(b), "virtual node ready"), "second node not ready"
+	})
+	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.cmd.Wait(); err != nil {
+		t.Fatalf("vkubelet did not stop cleanly on SIGTERM: %v", err)
+	}
+	prov, err := mock.New(mockCfg, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provPods, err := prov.GetPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(provPods) != 0 {
+		t.Errorf("the provider still runs %d pods whose API pods were deleted", len(provPods))
+	}
+}
