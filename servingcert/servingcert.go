@@ -4,9 +4,9 @@
 // own serving certificate is), or self-signed when explicitly asked for.
 //
 // A kubelet-serving CSR must be approved by a cluster admin. For development
-// clusters, AutoApprove makes the node approve its own CSR — only CSRs it submitted
-// itself, for exactly its own name and addresses — which needs the right to approve
-// CSRs for that signer.
+// clusters, AutoApprove makes the node approve its own CSRs — the very objects it
+// created, with its key, as its identity, for exactly its own name and addresses;
+// never anyone else's — which needs the right to approve CSRs for that signer.
 //
 // It is used by internal/agent; it knows nothing of pods or providers.
 package servingcert
@@ -16,19 +16,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/certificate"
@@ -97,8 +92,13 @@ func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
 		DNSNames:    cfg.DNSNames,
 		IPAddresses: cfg.IPs,
 	}
+	client := cfg.Client
+	if cfg.AutoApprove {
+		approver := &ownCSRApprover{ctx: ctx, client: cfg.Client, want: template, log: cfg.Logger, backoff: defaultApprovalBackoff}
+		client = approver.clientset()
+	}
 	m, err := certificate.NewManager(&certificate.Config{
-		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return cfg.Client, nil },
+		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },
 		Template:    template,
 		SignerName:  certificatesv1.KubeletServingSignerName,
 		// ECDSA keys: no key encipherment, as the kubelet-serving signer expects.
@@ -108,9 +108,6 @@ func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate manager: %w", err)
-	}
-	if cfg.AutoApprove {
-		go approveOwnCSRs(ctx, cfg, template)
 	}
 	m.Start()
 	go func() { <-ctx.Done(); m.Stop() }()
@@ -142,67 +139,6 @@ func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
 			return nil, errors.New("no serving certificate")
 		},
 	}, nil
-}
-
-// approveOwnCSRs approves pending kubelet-serving CSRs that ask for exactly this
-// node's identity and addresses, until ctx ends.
-func approveOwnCSRs(ctx context.Context, cfg Config, want *x509.CertificateRequest) {
-	sel := fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
-	for ctx.Err() == nil {
-		list, err := cfg.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err == nil {
-			for i := range list.Items {
-				csr := &list.Items[i]
-				if pending(csr) && matches(csr, want) {
-					csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-						Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
-						Reason: "AutoApproved", Message: "approved by vkubelet for its own serving certificate (--approve-serving-csr)",
-					})
-					_, err := cfg.Client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
-					if err != nil {
-						cfg.Logger.Warn("approving own serving CSR", "csr", csr.Name, "error", err)
-					} else {
-						cfg.Logger.Info("approved own serving CSR", "csr", csr.Name)
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func pending(csr *certificatesv1.CertificateSigningRequest) bool {
-	for _, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
-			return false
-		}
-	}
-	return true
-}
-
-// matches reports whether a CSR asks for the subject and addresses of want, and
-// nothing else.
-func matches(csr *certificatesv1.CertificateSigningRequest, want *x509.CertificateRequest) bool {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return false
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil || req.Subject.CommonName != want.Subject.CommonName ||
-		!slices.Equal(req.Subject.Organization, want.Subject.Organization) ||
-		len(req.EmailAddresses) != 0 || len(req.URIs) != 0 ||
-		!slices.Equal(req.DNSNames, want.DNSNames) || len(req.IPAddresses) != len(want.IPAddresses) {
-		return false
-	}
-	for i := range req.IPAddresses {
-		if !req.IPAddresses[i].Equal(want.IPAddresses[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // selfSigned makes a certificate signed by a throw-away CA of its own, with

@@ -46,7 +46,7 @@ func csrFor(t *testing.T, cn string, org []string, ips []net.IP, dns []string) *
 	}}
 }
 
-func TestAutoApproveMatchesOnlyTheNodesOwnRequest(t *testing.T) {
+func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
 	ip := []net.IP{net.ParseIP("10.1.2.3")}
 	want := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:vk", Organization: []string{"system:nodes"}}, IPAddresses: ip, DNSNames: []string{"vk"}}
 	cases := []struct {
@@ -61,7 +61,11 @@ func TestAutoApproveMatchesOnlyTheNodesOwnRequest(t *testing.T) {
 		{"other group", csrFor(t, "system:node:vk", []string{"system:masters"}, ip, []string{"vk"}), false},
 	}
 	for _, tc := range cases {
-		if got := matches(tc.csr, want); got != tc.ok {
+		req, err := parseRequest(tc.csr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := matches(req, want); got != tc.ok {
 			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.ok)
 		}
 	}

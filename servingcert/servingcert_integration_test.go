@@ -1,0 +1,133 @@
+package servingcert_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/servingcert"
+)
+
+func TestMain(m *testing.M) {
+	// The controller-manager signs kubelet-serving certificates.
+	testenv.Main(m, controlplane.Config{ControllerManager: true})
+}
+
+// csrMaker is a client of a ServiceAccount allowed only to create and read CSRs.
+func csrMaker(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	c := testenv.Client(t)
+	ctx := context.Background()
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "csr-maker"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "csr-maker-" + ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get"}}}}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "csr-maker"}}}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "csr-maker", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(testenv.ControlPlane(t).RESTConfig)
+	cfg.BearerToken = tr.Status.Token
+	sa, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+// TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity is the probe's finding:
+// a ServiceAccount allowed only to create CSRs asks for a kubelet-serving
+// certificate of system:node:<node> with the node's addresses. The node, which
+// approves its own serving CSRs (--approve-serving-csr), gets its certificate and
+// must leave the other request alone.
+func TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity(t *testing.T) {
+	const node = "vk-csr"
+	ips := []net.IP{net.ParseIP("10.9.8.7")}
+	ns := testenv.Namespace(t)
+	c := testenv.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		IPAddresses: ips, DNSNames: []string{node},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := csrMaker(t, ns).CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "foreign-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeletServingSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), foreign.Name, metav1.DeleteOptions{})
+	})
+
+	tlsCfg, err := servingcert.TLSConfig(ctx, servingcert.Config{
+		NodeName: node, IPs: ips, DNSNames: []string{node}, Client: c, Dir: t.TempDir(),
+		AutoApprove: true, WaitTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert, err := tlsCfg.GetCertificate(nil); err != nil || cert == nil {
+		t.Fatalf("no serving certificate: %v", err)
+	}
+	// The node is done with its own request; the other one is still pending.
+	got, err := c.CertificatesV1().CertificateSigningRequests().Get(ctx, foreign.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cond := range got.Status.Conditions {
+		if cond.Type == certificatesv1.CertificateApproved {
+			t.Fatalf("the CSR %s created by %s for the node's identity was approved: %s", got.Name, got.Spec.Username, cond.Message)
+		}
+	}
+	if len(got.Status.Certificate) != 0 {
+		t.Fatalf("the CSR %s created by %s was issued a certificate", got.Name, got.Spec.Username)
+	}
+}
