@@ -39,7 +39,15 @@ type Config struct {
 	// (default 30s).
 	StreamIdleTimeout     time.Duration
 	StreamCreationTimeout time.Duration
-	Logger                *slog.Logger
+	// The port's limits; zero takes the Default… of each (limits.go).
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	MaxConnsPerClient int
+	MaxConns          int
+	// Metrics counts refused requests and connections; nil keeps them unregistered.
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // Server is the kubelet HTTPS API of one node.
@@ -63,6 +71,14 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	cfg.ReadHeaderTimeout = orDefault(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, DefaultIdleTimeout)
+	cfg.MaxHeaderBytes = orDefault(cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	cfg.MaxConnsPerClient = orDefault(cfg.MaxConnsPerClient, DefaultMaxConnsPerClient)
+	cfg.MaxConns = orDefault(cfg.MaxConns, DefaultMaxConns)
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "kubelet-api", "node", cfg.NodeName)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
@@ -83,6 +99,13 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+func orDefault[T time.Duration | int](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
 // Handler is the authenticated, authorized API.
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -93,15 +116,24 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Confi
 	if tlsConfig.ClientAuth == tls.NoClientCert {
 		tlsConfig.ClientAuth = tls.RequestClientCert
 	}
+	// No ReadTimeout or WriteTimeout: they would cut logs -f and the exec,
+	// attach and port-forward streams, which have their own idle timeout
+	// (StreamIdleTimeout). ReadHeaderTimeout also bounds the TLS handshake.
 	srv := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+	limited := newLimitListener(l, s.cfg.MaxConnsPerClient, s.cfg.MaxConns, func(remote string) {
+		s.cfg.Metrics.refusedConns.Inc()
+		s.log.Debug("connection refused: too many open", "remote", remote)
+	})
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(l, "", "") }()
+	go func() { errc <- srv.ServeTLS(limited, "", "") }()
 	s.log.Info("serving the kubelet API", "addr", l.Addr().String())
 	select {
 	case err := <-errc:

@@ -84,6 +84,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OperatingSystem, "os", c.OperatingSystem, "operating system reported by the node (kubernetes.io/os)")
 	fs.StringVar(&c.InternalIP, "address", c.InternalIP, "InternalIP address of the node, where the API server reaches the kubelet API ($VKUBELET_POD_IP)")
 	fs.Int32Var(&c.KubeletPort, "kubelet-port", c.KubeletPort, "port of the kubelet API ($KUBELET_PORT)")
+	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "IP address the kubelet API listens on (0.0.0.0 or :: for every address); empty: the --address the node advertises")
 	fs.IntVar(&c.PodSyncWorkers, "pod-sync-workers", c.PodSyncWorkers, "workers creating, updating and deleting pods in the provider")
 	fs.IntVar(&c.PodStatusWorkers, "pod-status-workers", c.PodStatusWorkers, "workers writing pod statuses to the API server (each waits on one request)")
 	fs.DurationVar(&c.FullResyncPeriod, "full-resync-period", c.FullResyncPeriod, "how often every pod is synced again; 0 disables")

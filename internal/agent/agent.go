@@ -82,6 +82,9 @@ type Config struct {
 	// (OTLP); off unless an endpoint is set here or in the OTEL_* variables.
 	Tracing tracing.Config
 
+	// ListenAddress is the IP the kubelet API listens on; empty: InternalIP, the
+	// address the node advertises ("0.0.0.0" or "::" listen on every address).
+	ListenAddress string
 	// KubeletListener, if set, is where the kubelet API listens instead of
 	// KubeletPort (for instance a socket in a network namespace, see internal/netns).
 	KubeletListener net.Listener
@@ -104,6 +107,18 @@ type Node struct {
 	apiReady chan struct{}
 	// stopTracing sends the spans still buffered; Run calls it on the way out.
 	stopTracing func(context.Context) error
+	// apiMetrics count what the kubelet API turned away.
+	apiMetrics *kubeletapi.Metrics
+}
+
+// listenHost is the host the kubelet API listens on: the configured listen
+// address, else the address the node advertises, so that a node does not open its
+// port on every interface unless told to.
+func listenHost(cfg Config) string {
+	if cfg.ListenAddress != "" {
+		return cfg.ListenAddress
+	}
+	return cfg.InternalIP
 }
 
 // New builds the node: it connects to the API server and constructs the provider,
@@ -144,9 +159,10 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.kubeletListener = cfg.KubeletListener
 	if n.kubeletListener == nil {
-		n.kubeletListener, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(cfg.KubeletPort))))
+		addr := net.JoinHostPort(listenHost(cfg), strconv.Itoa(int(cfg.KubeletPort)))
+		n.kubeletListener, err = net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("kubelet API port: %w", err)
+			return nil, fmt.Errorf("kubelet API port %s: %w", addr, err)
 		}
 	}
 	defer func() {
@@ -168,6 +184,10 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	metrics := pod.NewMetrics()
 	if err := metrics.Register(n.registry); err != nil {
+		return nil, err
+	}
+	n.apiMetrics = kubeletapi.NewMetrics()
+	if err := n.apiMetrics.Register(n.registry); err != nil {
 		return nil, err
 	}
 	cfg.Tracing.NodeName = cfg.NodeName
@@ -290,6 +310,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	}
 	srv, err := kubeletapi.NewServer(kubeletapi.Config{
 		NodeName: n.cfg.NodeName, Provider: n.provider, Authenticator: authn, Authorizer: authz, Logger: n.log,
+		Metrics: n.apiMetrics,
 	})
 	if err != nil {
 		return err
