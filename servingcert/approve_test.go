@@ -90,8 +90,12 @@ func TestACSRReplacedUnderTheNodesNameIsNotApproved(t *testing.T) {
 	other.UID = "uid-1"
 	cases := map[string]*certificatesv1.CertificateSigningRequest{
 		"deleted and created again (new UID)": func() *certificatesv1.CertificateSigningRequest { c := own.DeepCopy(); c.UID = "uid-2"; return c }(),
-		"created by someone else":             func() *certificatesv1.CertificateSigningRequest { c := own.DeepCopy(); c.Spec.Username = "mallory"; return c }(),
-		"another key":                         other,
+		"created by someone else": func() *certificatesv1.CertificateSigningRequest {
+			c := own.DeepCopy()
+			c.Spec.Username = "mallory"
+			return c
+		}(),
+		"another key": other,
 		"another signer": func() *certificatesv1.CertificateSigningRequest {
 			c := own.DeepCopy()
 			c.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
