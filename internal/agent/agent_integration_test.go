@@ -28,6 +28,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
@@ -60,27 +61,7 @@ func startNode(t *testing.T, name string, mockCfg mock.Config, tweak ...func(*ag
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	n, err := agent.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx, func() { close(ready) }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node %s: %v", name, err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node %s stopped: %v", name, err)
-	case <-time.After(time.Minute):
-		t.Fatalf("node %s not ready", name)
-	}
+	n, _ := nodetest.Run(t, cfg)
 	return n, n.Provider().(*mock.Provider)
 }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
@@ -52,31 +52,7 @@ func startNode(t *testing.T, name string, tweak ...func(*agent.Config)) (p *mock
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	n, err := agent.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx, func() { close(ready) }) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("node %s: %v", name, err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node %s stopped: %v", name, err)
-	case <-time.After(time.Minute):
-		t.Fatalf("node %s not ready", name)
-	}
+	n, stop := nodetest.Run(t, cfg)
 	return n.Provider().(*mock.Provider), stop
 }
 
