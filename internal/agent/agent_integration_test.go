@@ -3,14 +3,9 @@ package agent_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,24 +35,8 @@ func TestMain(m *testing.M) {
 // the test ends, and returns it once it is ready.
 func startNode(t *testing.T, name string, mockCfg mock.Config, tweak ...func(*agent.Config)) (*agent.Node, *mock.Provider) {
 	t.Helper()
-	cp := testenv.ControlPlane(t)
-	b, err := json.Marshal(mockCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(t.TempDir(), "mock.json")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := agent.Config{
-		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: cp.RESTConfig,
-		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
-		ApproveServingCSR: true, CertDir: t.TempDir(),
-		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
-		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
-		KubeAPIQPS: 100, KubeAPIBurst: 200,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	cfg := nodetest.MockConfig(t, name, mockCfg)
+	cfg.SelfSignedServingCert, cfg.ApproveServingCSR = false, true // a CSR-issued certificate, as in a cluster
 	for _, f := range tweak {
 		f(&cfg)
 	}

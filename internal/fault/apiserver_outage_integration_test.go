@@ -2,12 +2,7 @@ package fault_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,21 +29,7 @@ func TestMain(m *testing.M) {
 // called or the test ends; tweak, if given, changes its configuration first.
 func startNode(t *testing.T, name string, tweak ...func(*agent.Config)) (p *mock.Provider, stop func()) {
 	t.Helper()
-	cp := testenv.ControlPlane(t)
-	b, _ := json.Marshal(mock.Config{})
-	cfgPath := filepath.Join(t.TempDir(), "mock.json")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := agent.Config{
-		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: cp.RESTConfig,
-		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
-		SelfSignedServingCert: true, CertDir: t.TempDir(),
-		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
-		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
-		KubeAPIQPS: 100, KubeAPIBurst: 200,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	cfg := nodetest.MockConfig(t, name, mock.Config{})
 	for _, f := range tweak {
 		f(&cfg)
 	}

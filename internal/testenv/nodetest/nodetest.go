@@ -6,11 +6,18 @@ package nodetest
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
 // Run runs a virtual node with cfg in this process until stop is called or
@@ -44,4 +51,28 @@ func Run(t testing.TB, cfg agent.Config) (n *agent.Node, stop func()) {
 		t.Fatalf("node %s not ready", cfg.NodeName)
 	}
 	return n, stop
+}
+
+// MockConfig is the configuration of a test node named name with the mock
+// provider configured by mockCfg, against the package's control plane: quick
+// leases and polls, a self-signed serving certificate, logs discarded.
+func MockConfig(t testing.TB, name string, mockCfg mock.Config) agent.Config {
+	t.Helper()
+	b, err := json.Marshal(mockCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "mock.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return agent.Config{
+		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: testenv.ControlPlane(t).RESTConfig,
+		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
+		SelfSignedServingCert: true, CertDir: t.TempDir(),
+		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
+		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
+		KubeAPIQPS: 100, KubeAPIBurst: 200,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
 }
