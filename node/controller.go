@@ -127,6 +127,11 @@ type Controller struct {
 	// nodeGone is signalled (1 slot, never blocks) by the informer on our node when
 	// it is deleted or replaced, so that Run registers it again at once.
 	nodeGone chan struct{}
+	// markedNotReady is signalled (1 slot) by the informer when someone else set
+	// the node's Ready condition to other than True (the node-lifecycle controller
+	// does, when it misses leases during an outage), so that a healthy node puts
+	// its status right at once instead of at the next StatusUpdateInterval.
+	markedNotReady chan struct{}
 	// reported is signalled (1 slot) by the NotifyNodeStatus callback; the newest
 	// reported node waits in latest, guarded by latestMu.
 	reported chan struct{}
@@ -164,14 +169,15 @@ func NewController(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:      cfg,
-		client:   cfg.Client,
-		clock:    cfg.Clock,
-		log:      cfg.Logger.With("node", cfg.NodeName),
-		nodeGone: make(chan struct{}, 1),
-		reported: make(chan struct{}, 1),
-		ready:    make(chan struct{}),
-		healthy:  true,
+		cfg:            cfg,
+		client:         cfg.Client,
+		clock:          cfg.Clock,
+		log:            cfg.Logger.With("node", cfg.NodeName),
+		nodeGone:       make(chan struct{}, 1),
+		markedNotReady: make(chan struct{}, 1),
+		reported:       make(chan struct{}, 1),
+		ready:          make(chan struct{}),
+		healthy:        true,
 	}
 	c.nodeProvider, _ = cfg.Provider.(provider.NodeProvider)
 	c.configurer, _ = cfg.Provider.(provider.NodeConfigurer)
@@ -208,6 +214,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			newNode, ok2 := newObj.(*corev1.Node)
 			if ok1 && ok2 && oldNode.UID != newNode.UID {
 				signal(c.nodeGone)
+			} else if ok1 && ok2 && readyStatus(newNode) != corev1.ConditionTrue && readyStatus(oldNode) != readyStatus(newNode) {
+				signal(c.markedNotReady)
 			}
 		},
 		DeleteFunc: func(any) { signal(c.nodeGone) },
@@ -254,6 +262,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-c.reported:
 			c.takeReportedStatus()
 			c.syncNode(ctx)
+		case <-c.markedNotReady:
+			if c.healthy {
+				c.log.Info("node was marked not Ready by someone else while healthy; writing its status")
+				c.syncNode(ctx)
+			}
 		case <-c.nodeGone:
 			c.log.Info("node was deleted or replaced; registering it again")
 			c.syncNode(ctx)
@@ -457,6 +470,16 @@ func (c *Controller) tryRenewLease(ctx context.Context) error {
 }
 
 // signal wakes the receiver of a 1-slot channel without ever blocking.
+// readyStatus is the status of n's Ready condition, "" without one.
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:

@@ -648,3 +648,24 @@ func TestRunTwiceFails(t *testing.T) {
 		t.Fatal("second Run returned nil")
 	}
 }
+
+func TestANodeMarkedNotReadyBySomeoneElseIsPutRightAtOnce(t *testing.T) {
+	f := newFixture(t)
+	c := f.newController()
+	f.run(c)
+	// The node-lifecycle controller missed leases during an outage.
+	n := f.node()
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+		}
+	}
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	f.waitForAction("status patch after the node was marked not Ready", isStatusPatch)
+	if ready := condition(f.node(), corev1.NodeReady); ready.Status != corev1.ConditionTrue {
+		t.Errorf("Ready = %+v, want True again", ready)
+	}
+}

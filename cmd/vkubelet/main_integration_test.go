@@ -111,7 +111,7 @@ func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
 }
 
 // TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce kills the node process while it
-// creates 200 pods, changes the API while it is down, restarts it, and checks that
+// creates 1,000 pods, changes the API while it is down, restarts it, and checks that
 // the provider ends up with exactly the API's pods, each created once.
 func TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T) {
 	cp := testenv.ControlPlane(t)
@@ -120,7 +120,7 @@ func TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	const node = "vk-crash"
 	stateFile := filepath.Join(t.TempDir(), "mock-state.json")
-	mockCfg := mock.Config{StateFile: stateFile}
+	mockCfg := mock.Config{StateFile: stateFile, Pods: "2000"}
 	args := []string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath, "--provider", "mock",
 		"--provider-config", writeMockConfig(t, mockCfg), "--disable-taint", "--log-level", "debug",
 		"--kubelet-port", "0", "--approve-serving-csr", "--cert-dir", t.TempDir(),
@@ -131,7 +131,7 @@ func TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T) {
 	waitNodeReady(t, c, node)
 	t.Logf("first node ready after %s", time.Since(begin).Round(time.Millisecond))
 
-	const total = 200
+	const total = 1000
 	created := make(chan int, total)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 10)

@@ -59,10 +59,13 @@ type ControlPlane struct {
 	RESTConfig     *rest.Config // admin credentials
 	EtcdURL        string
 
-	ownsDir   bool
-	apiPort   int
-	cfg       Config
-	processes []*process // in start order; stopped in reverse
+	ownsDir bool
+	apiPort int
+	// etcd's ports, kept so that StartEtcd brings it back where the API server
+	// looks for it.
+	etcdClientPort, etcdPeerPort int
+	cfg                          Config
+	processes                    []*process // in start order; stopped in reverse
 }
 
 // Start builds or reuses the binaries and starts the control plane, returning once
@@ -178,35 +181,62 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 	// A port found free may be taken before etcd binds it; try again with new ones.
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		client, peer := mustFreePort(), mustFreePort()
-		clientURL := "http://127.0.0.1:" + strconv.Itoa(client)
-		peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
-		p, err := startProcess(cp.Dir, "etcd", cp.Binaries.Etcd,
-			"--name=vkubelet",
-			"--data-dir="+filepath.Join(cp.Dir, "etcd"),
-			"--listen-client-urls="+clientURL,
-			"--advertise-client-urls="+clientURL,
-			"--listen-peer-urls="+peerURL,
-			"--initial-advertise-peer-urls="+peerURL,
-			"--initial-cluster=vkubelet="+peerURL,
-			// Durability does not matter for a throw-away cluster; fsync dominates its
-			// write latency on a busy disk.
-			"--unsafe-no-fsync",
-			"--log-level=warn",
-		)
-		if err != nil {
-			return err
+		if lastErr = cp.runEtcd(ctx, mustFreePort(), mustFreePort()); lastErr == nil {
+			return nil
 		}
-		if err := waitHTTP(ctx, p, clientURL+"/health", nil, 30*time.Second); err != nil {
-			lastErr = err
-			_ = p.stop(5 * time.Second)
-			continue
-		}
-		cp.processes = append(cp.processes, p)
-		cp.EtcdURL = clientURL
-		return nil
 	}
 	return fmt.Errorf("starting etcd: %w", lastErr)
+}
+
+// StopEtcd stops etcd alone, for tests of a cluster whose storage goes away;
+// StartEtcd brings it back on the same ports with the same data.
+func (cp *ControlPlane) StopEtcd() error {
+	for i, p := range cp.processes {
+		if p.name == "etcd" {
+			cp.processes = append(cp.processes[:i:i], cp.processes[i+1:]...)
+			return p.stop(10 * time.Second)
+		}
+	}
+	return errors.New("etcd is not running")
+}
+
+// StartEtcd restarts etcd after StopEtcd, on the same ports.
+func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
+	for _, p := range cp.processes {
+		if p.name == "etcd" {
+			return errors.New("etcd is already running")
+		}
+	}
+	return cp.runEtcd(ctx, cp.etcdClientPort, cp.etcdPeerPort)
+}
+
+// runEtcd starts etcd on the given ports and waits for it to be healthy.
+func (cp *ControlPlane) runEtcd(ctx context.Context, client, peer int) error {
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(client)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
+	p, err := startProcess(cp.Dir, "etcd", cp.Binaries.Etcd,
+		"--name=vkubelet",
+		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+clientURL,
+		"--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=vkubelet="+peerURL,
+		// Durability does not matter for a throw-away cluster; fsync dominates its
+		// write latency on a busy disk.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, p, clientURL+"/health", nil, 30*time.Second); err != nil {
+		_ = p.stop(5 * time.Second)
+		return err
+	}
+	cp.processes = append(cp.processes, p)
+	cp.EtcdURL, cp.etcdClientPort, cp.etcdPeerPort = clientURL, client, peer
+	return nil
 }
 
 func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
