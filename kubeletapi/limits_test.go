@@ -167,3 +167,63 @@ func TestDenialsAreCountedAndNotLoggedAtInfo(t *testing.T) {
 		t.Errorf("a denial was logged at info:\n%s", logs.String())
 	}
 }
+
+// TestEveryPathRefusesAnonymousUnauthorizedAndPlainHTTP checks the table of
+// docs/RELIABILITY.md: for every route of the kubelet API, no credentials → 401,
+// credentials without the right → 403, plain HTTP → refused before any handler.
+func TestEveryPathRefusesAnonymousUnauthorizedAndPlainHTTP(t *testing.T) {
+	auth := &fixedAuth{allow: func(authorizer.Attributes) bool { return false }}
+	s, err := NewServer(Config{NodeName: "n1", Authenticator: auth, Authorizer: authorizer.AuthorizerFunc(auth.Authorize),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("n1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := tls.X509KeyPair(certPEM, keyPEM)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ctx, l, &tls.Config{Certificates: []tls.Certificate{cert}}) }()
+	defer func() { cancel(); <-done }()
+	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	plainClient := &http.Client{}
+
+	paths := []struct{ method, path string }{
+		{"GET", "/containerLogs/ns/p/c"}, {"POST", "/exec/ns/p/c"}, {"POST", "/exec/ns/p/uid/c"},
+		{"POST", "/attach/ns/p/c"}, {"POST", "/attach/ns/p/uid/c"}, {"POST", "/portForward/ns/p"},
+		{"POST", "/portForward/ns/p/uid"}, {"GET", "/stats/summary"}, {"GET", "/metrics/resource"},
+		{"GET", "/pods"}, {"GET", "/healthz"}, {"GET", "/no/such/path"},
+	}
+	status := func(c *http.Client, scheme, method, path, token string) (int, string) {
+		req, _ := http.NewRequest(method, scheme+"://"+l.Addr().String()+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return resp.StatusCode, string(b)
+	}
+	for _, p := range paths {
+		if code, _ := status(tlsClient, "https", p.method, p.path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s %s anonymous: %d, want 401", p.method, p.path, code)
+		}
+		if code, _ := status(tlsClient, "https", p.method, p.path, "good"); code != http.StatusForbidden {
+			t.Errorf("%s %s without permission: %d, want 403", p.method, p.path, code)
+		}
+		// Go's TLS server answers a plain HTTP request with a 400 of its own and
+		// closes: no handler runs.
+		if code, body := status(plainClient, "http", p.method, p.path, "good"); code != http.StatusBadRequest || !strings.Contains(body, "HTTPS") {
+			t.Errorf("%s %s over plain HTTP: %d %q, want refused (400, HTTPS needed)", p.method, p.path, code, body)
+		}
+	}
+}
