@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
+	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -83,13 +84,13 @@ func NewServer(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
 	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc(p, s.exec)
+		mux.HandleFunc(p, upgradable(s.exec))
 	}
 	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc(p, s.attach)
+		mux.HandleFunc(p, upgradable(s.attach))
 	}
 	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
-		mux.HandleFunc(p, s.portForward)
+		mux.HandleFunc(p, upgradable(s.portForward))
 	}
 	mux.HandleFunc("GET /stats/summary", s.statsSummary)
 	mux.HandleFunc("GET /metrics/resource", s.metricsResource)
@@ -97,6 +98,20 @@ func NewServer(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	s.handler = s.withAuth(mux)
 	return s, nil
+}
+
+// upgradable guards a streaming route: the SPDY and WebSocket upgrades take the
+// connection over, which only an HTTP/1.1 connection allows. An upgrade request
+// on any other (an HTTP/2 stream) is refused with 400 instead of reaching code
+// that assumes it can take the connection (found by FuzzStreamUpgrades: a panic).
+func upgradable(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := w.(http.Hijacker); !ok && httpstream.IsUpgradeRequest(r) {
+			http.Error(w, "streaming needs an HTTP/1.1 connection that can be upgraded", http.StatusBadRequest)
+			return
+		}
+		next(w, r)
+	}
 }
 
 func orDefault[T time.Duration | int](v, def T) T {
