@@ -18,8 +18,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
-	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
