@@ -11,7 +11,7 @@ import (
 // so that writes per pod can be measured (vkubelet bench reads it).
 var apiRequestsOpts = prometheus.CounterOpts{
 	Namespace: "vkubelet", Name: "api_requests_total",
-	Help: "Requests of the node agent to the API server, by HTTP method, resource (and subresource) and whether it was a watch.",
+	Help: "Requests of the node agent to the API server, by HTTP method, resource (and subresource) and whether it was a watch or a list streamed as one.",
 }
 
 // countingTransport wraps the client's transport and counts each request.
@@ -22,7 +22,11 @@ type countingTransport struct {
 
 func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resource := resourceOf(r.URL.Path)
-	if r.URL.Query().Get("watch") == "true" {
+	switch q := r.URL.Query(); {
+	case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
+		// A list streamed as a watch (client-go's WatchListClient): a relist.
+		resource += " (watch list)"
+	case q.Get("watch") == "true":
 		resource += " (watch)"
 	}
 	t.counter.WithLabelValues(r.Method, resource).Inc()
