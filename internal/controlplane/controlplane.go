@@ -190,22 +190,12 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 
 // StopEtcd stops etcd alone, for tests of a cluster whose storage goes away;
 // StartEtcd brings it back on the same ports with the same data.
-func (cp *ControlPlane) StopEtcd() error {
-	for i, p := range cp.processes {
-		if p.name == "etcd" {
-			cp.processes = append(cp.processes[:i:i], cp.processes[i+1:]...)
-			return p.stop(10 * time.Second)
-		}
-	}
-	return errors.New("etcd is not running")
-}
+func (cp *ControlPlane) StopEtcd() error { return cp.stopComponent("etcd") }
 
 // StartEtcd restarts etcd after StopEtcd, on the same ports.
 func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
-	for _, p := range cp.processes {
-		if p.name == "etcd" {
-			return errors.New("etcd is already running")
-		}
+	if cp.started("etcd") {
+		return errors.New("etcd is already running")
 	}
 	return cp.runEtcd(ctx, cp.etcdClientPort, cp.etcdPeerPort)
 }
@@ -384,24 +374,35 @@ func (cp *ControlPlane) PIDs() map[string]int {
 
 // StopAPIServer stops kube-apiserver alone, for tests of a cluster that goes away;
 // StartAPIServer brings it back on the same port with the same state.
-func (cp *ControlPlane) StopAPIServer() error {
+func (cp *ControlPlane) StopAPIServer() error { return cp.stopComponent("kube-apiserver") }
+
+// StartAPIServer restarts kube-apiserver after StopAPIServer, on the same port.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	if cp.started("kube-apiserver") {
+		return errors.New("kube-apiserver is already running")
+	}
+	return cp.runAPIServer(ctx)
+}
+
+// stopComponent stops the component called name alone.
+func (cp *ControlPlane) stopComponent(name string) error {
 	for i, p := range cp.processes {
-		if p.name == "kube-apiserver" {
+		if p.name == name {
 			cp.processes = append(cp.processes[:i:i], cp.processes[i+1:]...)
 			return p.stop(10 * time.Second)
 		}
 	}
-	return errors.New("kube-apiserver is not running")
+	return fmt.Errorf("%s is not running", name)
 }
 
-// StartAPIServer restarts kube-apiserver after StopAPIServer, on the same port.
-func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+// started reports whether the component called name was started and not stopped.
+func (cp *ControlPlane) started(name string) bool {
 	for _, p := range cp.processes {
-		if p.name == "kube-apiserver" {
-			return errors.New("kube-apiserver is already running")
+		if p.name == name {
+			return true
 		}
 	}
-	return cp.runAPIServer(ctx)
+	return false
 }
 
 // Stop stops every component, newest first, and removes the state directory if
