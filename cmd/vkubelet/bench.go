@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -19,23 +20,45 @@ import (
 func newBenchCommand() *cobra.Command {
 	var (
 		cfg        bench.Config
+		compare    bench.Comparison
 		asJSON     bool
 		kubeconfig string
 		runs       int
 	)
+	cfg.Shape = bench.ShapeDeployment
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure pod start/stop throughput, latency and cost of a node, next to the API server's ceiling",
+		Short: "Measure pod start/stop throughput, latency and cost of a node, next to the API server's ceiling (and kwok)",
 		Long: `bench first measures the ceiling: how many pods per second a plain client can
-create bound to a node and mark Running (the minimum writes of a pod start: the
-create, and one status write shaped like a kubelet's), pipelined and observed by
-watch. Then it runs a virtual node with the mock provider as a child process,
+create bound to a node and mark Running doing the minimum a node must (the create;
+a TokenRequest bound to the pod for each service-account token it mounts, as the
+kubelet makes; one status write shaped like a kubelet's), pipelined and observed
+by watch, and how many it can delete (the graceful delete, then the node's final
+one). Then it runs a virtual node with the mock provider as a child process,
 creates --pods pods on it (at --rate per second, or as fast as --concurrency
 allows), and reports throughput, create→Running latency (observed by watch), the
 agent's API writes per pod, its memory and CPU, and the same for deleting them
-all. Last it measures the ceiling again; the ratio is to the mean of the two.
+all. Last it measures the ceiling again; ratios are to the mean of the two.
 
-Without --kubeconfig it starts a local control plane of its own.`,
+The pods are, by default, shaped as those of a Deployment made with kubectl
+create deployment (--pod-shape=deployment): the namespace's default
+ServiceAccount with the projected kube-api-access token volume that the
+ServiceAccount admission plugin adds, an owner reference to a ReplicaSet (a real
+one, of 0 replicas), the labels app and pod-template-hash, requests of 10m CPU
+and 16Mi, three environment variables. --pod-shape=minimal is the old token-less
+one-container pod.
+
+With --compare kwok, kwok (built once into the cache, like the control-plane
+binaries) manages a second node of the same cluster and is measured the same way,
+before the agent; its API writes are the API server's count less the benchmark's
+own. The figures are printed side by side.
+
+Without --kubeconfig it starts a local control plane of its own (no
+controller-manager, the ServiceAccount admission plugin on; the benchmark creates
+each namespace's default ServiceAccount and kube-root-ca.crt itself). A cluster
+given with --kubeconfig needs that plugin for the default shape, and no
+controller-manager: its ReplicaSet controller would delete the pods (the
+benchmark stops when it sees that; --pod-shape=minimal works there).`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,6 +68,13 @@ Without --kubeconfig it starts a local control plane of its own.`,
 				return err
 			}
 			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
+			if compare == bench.CompareKwok {
+				kwok, err := controlplane.EnsureKwok(ctx, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				cfg.KwokBinary, cfg.KwokStages = kwok.Binary, kwok.Stages
+			}
 			var results []*bench.Result
 			for i := 0; i < runs; i++ {
 				if runs > 1 {
@@ -62,7 +92,7 @@ Without --kubeconfig it starts a local control plane of its own.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(res)
 			}
-			printResult(cmd, res)
+			printResult(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}
@@ -70,6 +100,8 @@ Without --kubeconfig it starts a local control plane of its own.`,
 	f.IntVar(&cfg.Pods, "pods", 1000, "pods to start and stop (e.g. 1000, 5000, 10000)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "offered pod creations per second; 0: as fast as possible")
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "parallel clients creating (and, for the ceiling, writing) pods")
+	f.Var(&cfg.Shape, "pod-shape", "the pods created: deployment (a Deployment's pod, service-account token volume and owner reference included) or minimal (one container, no token)")
+	f.Var(&compare, "compare", "also measure another node implementation on a second node, in the same run: kwok")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
@@ -78,46 +110,99 @@ Without --kubeconfig it starts a local control plane of its own.`,
 	return cmd
 }
 
-func printResult(cmd *cobra.Command, r *bench.Result) {
-	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	row := func(k, format string, v ...any) { fmt.Fprintf(w, "%s\t"+format+"\n", append([]any{k}, v...)...) }
-	row("pods", "%d", r.Pods)
+// printResult prints the figures as a table: the ceiling, kwok if measured, and
+// the agent side by side, then each node's writes by kind.
+func printResult(out io.Writer, r *bench.Result) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	shape := string(r.PodShape)
+	if r.PodShape == bench.ShapeDeployment {
+		shape += " (service-account token volume, owner reference)"
+	}
+	fmt.Fprintf(w, "pods\t%d, shape %s\n", r.Pods, shape)
 	if len(r.Runs) > 1 {
 		ratios := make([]string, len(r.Runs))
 		for i, run := range r.Runs {
 			ratios[i] = fmt.Sprintf("%.0f%%", 100*run.RatioToCeiling)
+			if run.Kwok != nil {
+				ratios[i] += fmt.Sprintf(" (kwok %.0f%%)", 100*run.Kwok.RatioToCeiling)
+			}
 		}
-		row("runs", "%d, figures are medians (ratio to ceiling per run: %s)", len(r.Runs), strings.Join(ratios, " "))
+		fmt.Fprintf(w, "runs\t%d, figures are medians (vkubelet's ratio to the ceiling per run: %s)\n", len(r.Runs), strings.Join(ratios, ", "))
 	}
 	if r.OfferedRate > 0 {
-		row("offered rate", "%.0f pods/s", r.OfferedRate)
+		fmt.Fprintf(w, "offered rate\t%.0f pods/s\n", r.OfferedRate)
 	}
-	row("ceiling (plain client)", "%.1f pods/s (before %.1f, after %.1f)", r.CeilingPodsPerS, r.CeilingBefore, r.CeilingAfter)
-	row("node agent", "%.1f pods/s (%.0f%% of ceiling)", r.PodsPerS, 100*r.RatioToCeiling)
-	row("create→Running p50/p90/p99", "%.0f / %.0f / %.0f ms", r.P50ms, r.P90ms, r.P99ms)
-	row("agent API writes per pod", "%.2f", r.WritesPerPod)
-	kinds := make([]string, 0, len(r.WritesByKind))
-	for k := range r.WritesByKind {
-		kinds = append(kinds, k)
+	fmt.Fprintln(w)
+
+	type column struct {
+		name string
+		n    *bench.NodeResult
 	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		row("  "+k, "%.3f", r.WritesByKind[k])
+	nodes := []column{{"vkubelet", &r.NodeResult}}
+	if r.Kwok != nil {
+		nodes = []column{{"kwok", r.Kwok}, nodes[0]}
 	}
-	row("agent RSS idle / peak / growth", "%.1f / %.1f / %.1f MiB", r.IdleRSSMiB, r.PeakRSSMiB, r.RSSGrowthMiB)
-	row("agent live heap growth", "%.1f MiB (%.2f KiB per pod)", r.HeapGrowthMiB, 1024*r.HeapGrowthMiB/float64(r.Pods))
-	row("agent CPU", "%.1f s", r.CPUSeconds)
-	row("delete", "%.1f pods/s, p99 %.0f ms", r.DeletePodsPerS, r.DeleteP99ms)
+	row := func(what, ceiling string, cell func(n *bench.NodeResult) string) {
+		fmt.Fprintf(w, "%s\t%s", what, ceiling)
+		for _, c := range nodes {
+			fmt.Fprintf(w, "\t%s", cell(c.n))
+		}
+		fmt.Fprintln(w)
+	}
+	const none = "—"
+	header := "\tceiling (plain client)"
+	for _, c := range nodes {
+		header += "\t" + c.name
+	}
+	fmt.Fprintln(w, header)
+	row("pods/s to Running", fmt.Sprintf("%.1f (before %.1f, after %.1f)", r.CeilingPodsPerS, r.CeilingBefore, r.CeilingAfter),
+		func(n *bench.NodeResult) string {
+			return fmt.Sprintf("%.1f (%.0f%% of ceiling)", n.PodsPerS, 100*n.RatioToCeiling)
+		})
+	row("create→Running p50 / p90 / p99", none,
+		func(n *bench.NodeResult) string {
+			return fmt.Sprintf("%.0f / %.0f / %.0f ms", n.P50ms, n.P90ms, n.P99ms)
+		})
+	row("API writes per pod start", fmt.Sprintf("%.2f", r.CeilingWritesPerPod),
+		func(n *bench.NodeResult) string { return fmt.Sprintf("%.2f", n.WritesPerPod) })
+	row("RSS idle / peak / growth", none,
+		func(n *bench.NodeResult) string {
+			return fmt.Sprintf("%.1f / %.1f / %.1f MiB", n.IdleRSSMiB, n.PeakRSSMiB, n.RSSGrowthMiB)
+		})
+	row("live heap growth", none,
+		func(n *bench.NodeResult) string {
+			return fmt.Sprintf("%.1f MiB (%.2f KiB per pod)", n.HeapGrowthMiB, 1024*n.HeapGrowthMiB/float64(r.Pods))
+		})
+	row("CPU", none, func(n *bench.NodeResult) string { return fmt.Sprintf("%.1f s", n.CPUSeconds) })
+	row("delete pods/s", fmt.Sprintf("%.1f", r.CeilingDeletePodsPerS),
+		func(n *bench.NodeResult) string {
+			return fmt.Sprintf("%.1f (p99 %.0f ms)", n.DeletePodsPerS, n.DeleteP99ms)
+		})
 	w.Flush()
+
+	for _, c := range nodes {
+		kinds := make([]string, 0, len(c.n.WritesByKind))
+		for k := range c.n.WritesByKind {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for i, k := range kinds {
+			kinds[i] = fmt.Sprintf("%s %.3f", k, c.n.WritesByKind[k])
+		}
+		fmt.Fprintf(out, "\n%s writes per pod start (counted by %s): %s", c.name, c.n.WritesCountedBy, strings.Join(kinds, ", "))
+	}
+	fmt.Fprintln(out)
 }
 
 // benchOnce runs the benchmark once against kubeconfig or, without one, against a
 // local control plane of its own: a fresh one per run, so that every run starts
 // from an empty etcd rather than from the history of the runs before it, which
-// slows the API server down as it grows.
+// slows the API server down as it grows. It runs no controller-manager (which
+// would compete for the same cores) but keeps the ServiceAccount admission
+// plugin on, so pods get their token volume as in a real cluster.
 func benchOnce(ctx context.Context, cmd *cobra.Command, cfg bench.Config, kubeconfig string) (*bench.Result, error) {
 	if kubeconfig == "" {
-		cp, err := controlplane.Start(ctx, controlplane.Config{Out: cmd.ErrOrStderr()})
+		cp, err := controlplane.Start(ctx, controlplane.Config{ServiceAccountAdmission: true, Out: cmd.ErrOrStderr()})
 		if err != nil {
 			return nil, err
 		}

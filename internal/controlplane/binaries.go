@@ -22,6 +22,7 @@ const (
 	KubernetesVersion    = "v1.37.1"
 	EtcdVersion          = "v3.7.3"
 	MetricsServerVersion = "v0.9.0"
+	KwokVersion          = "v0.8.0"
 )
 
 // buildmod holds one small Go module per component family, stored as .txt so that
@@ -46,6 +47,9 @@ type component struct {
 	version  string   // pinned version, part of the cache key
 	packages []string // Go packages to build, one binary each
 	ldflags  string
+	// after, if set, runs in the directory of the freshly built binaries before
+	// they are installed, to derive files from them.
+	after func(ctx context.Context, dir string) error
 }
 
 // components are the control plane's binaries, which EnsureBinaries builds.
@@ -82,6 +86,29 @@ var metricsServer = component{
 	// Where metrics-server's own release build puts its version.
 	ldflags: "-s -w -X k8s.io/client-go/pkg/version.gitVersion=" + MetricsServerVersion,
 }
+
+// kwok is the node simulator that `vkubelet bench --compare kwok` measures next to
+// vkubelet; only EnsureKwok builds it. Besides kwok, the build module has a small
+// command of ours that prints the stages kwokctl gives kwok by default (kwok alone
+// has none and refuses to start without them); they are written once, next to
+// the binary, as kwokStages.
+var kwok = component{
+	name:     "kwok",
+	version:  KwokVersion,
+	packages: []string{"sigs.k8s.io/kwok/cmd/kwok", "vkubelet.local/kwok-default-stages"},
+	// kwok's module states its own version (pkg/consts), so no -X is needed.
+	ldflags: "-s -w",
+	after: func(ctx context.Context, dir string) error {
+		out, err := exec.CommandContext(ctx, filepath.Join(dir, "kwok-default-stages")).Output()
+		if err != nil {
+			return fmt.Errorf("printing kwok's default stages: %w", err)
+		}
+		return os.WriteFile(filepath.Join(dir, kwokStages), out, 0o644)
+	},
+}
+
+// kwokStages is the file, beside the kwok binary, holding its default stages.
+const kwokStages = "default-stages.yaml"
 
 // CacheDir is where built binaries live: $VKUBELET_CACHE, else
 // $XDG_CACHE_HOME/vkubelet, else ~/.cache/vkubelet.
@@ -145,6 +172,31 @@ func EnsureMetricsServer(ctx context.Context, out io.Writer) (string, error) {
 		return "", err
 	}
 	return filepath.Join(dir, "metrics-server"), nil
+}
+
+// Kwok is a built kwok.
+type Kwok struct {
+	Binary string
+	// Stages is a kwok configuration file (--config) with the stages kwokctl uses by
+	// default: nodes Ready with a lease, pods Running at once, removed when deleted.
+	Stages string
+}
+
+// EnsureKwok returns kwok, building it first if the cache lacks it, with the
+// progress reporting and locking of EnsureBinaries.
+func EnsureKwok(ctx context.Context, out io.Writer) (*Kwok, error) {
+	if out == nil {
+		out = io.Discard
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := kwok.ensure(ctx, cache, out)
+	if err != nil {
+		return nil, err
+	}
+	return &Kwok{Binary: filepath.Join(dir, "kwok"), Stages: filepath.Join(dir, kwokStages)}, nil
 }
 
 // key names the cache entry: the version plus a hash of the build module, so that a
@@ -257,6 +309,11 @@ func (c component) build(ctx context.Context, cache, key, binDir string, out io.
 			if err != nil {
 				return fmt.Errorf("building %s %s failed after %s: %w\n%s", c.name, c.version,
 					time.Since(start).Round(time.Second), err, tailFile(logPath, 30))
+			}
+			if c.after != nil {
+				if err := c.after(ctx, tmp); err != nil {
+					return fmt.Errorf("%s %s: %w", c.name, c.version, err)
+				}
 			}
 			if err := os.RemoveAll(binDir); err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +38,14 @@ type Config struct {
 	// admission plugins are then switched off.
 	Scheduler         bool
 	ControllerManager bool
+	// ServiceAccountAdmission keeps the ServiceAccount admission plugin on without
+	// the controller-manager, so that pods get the `kube-api-access-*` token volume
+	// as in any real cluster. The caller must then create, in each namespace it
+	// puts pods in, what the controller-manager would: the `default` ServiceAccount
+	// (the plugin refuses pods without it) and the `kube-root-ca.crt` ConfigMap
+	// (the token volume projects it). It changes nothing when the controller-manager
+	// runs, which keeps the plugin on anyway.
+	ServiceAccountAdmission bool
 	// NodeMonitorGracePeriod is how long a node's lease may go unrenewed before the
 	// node-lifecycle controller marks it NotReady (kube-controller-manager's default
 	// is 40s). Zero keeps the default.
@@ -289,7 +298,7 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 		"--profiling=false",
 	}
 	if !cp.cfg.ControllerManager {
-		args = append(args, "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
+		args = append(args, "--disable-admission-plugins="+strings.Join(disabledAdmission(cp.cfg), ","))
 	}
 	args = append(args, cp.cfg.ExtraAPIServerArgs...)
 	p, err := startProcess(cp.Dir, "kube-apiserver", cp.Binaries.APIServer, args...)
@@ -307,6 +316,16 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 	}
 	cp.processes = append(cp.processes, p)
 	return nil
+}
+
+// disabledAdmission lists the admission plugins switched off for a control plane
+// without the controller-manager: the ones that would wait on it.
+func disabledAdmission(cfg Config) []string {
+	off := []string{"TaintNodesByCondition"}
+	if !cfg.ServiceAccountAdmission {
+		off = append([]string{"ServiceAccount"}, off...)
+	}
+	return off
 }
 
 // waitHTTP polls url until it answers 200, the process exits or the timeout passes.

@@ -1,7 +1,8 @@
 // Package controlplane builds, starts and stops a real Kubernetes control plane on
 // loopback: etcd, kube-apiserver and, when asked, kube-scheduler and
 // kube-controller-manager; and metrics-server (StartMetricsServer), as an aggregated
-// API on an address of the caller's choosing.
+// API on an address of the caller's choosing. It also builds kwok (EnsureKwok), the
+// node simulator `vkubelet bench --compare kwok` measures, but does not run it.
 //
 // The binaries are compiled from pinned versions through the Go module proxy (see
 // buildmod/) and cached outside the repository, so the first use takes minutes and

@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"slices"
+	"sort"
+)
+
+// Median returns the median of several runs' figures, field by field (the lower
+// middle for an even count), with the runs themselves in Runs.
+func Median(runs []*Result) *Result {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	out := *runs[0]
+	med := func(get func(*Result) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = get(r)
+		}
+		return median(v)
+	}
+	out.CeilingPodsPerS = med(func(r *Result) float64 { return r.CeilingPodsPerS })
+	out.CeilingBefore = med(func(r *Result) float64 { return r.CeilingBefore })
+	out.CeilingAfter = med(func(r *Result) float64 { return r.CeilingAfter })
+	out.CeilingDeletePodsPerS = med(func(r *Result) float64 { return r.CeilingDeletePodsPerS })
+	out.CeilingWritesPerPod = med(func(r *Result) float64 { return r.CeilingWritesPerPod })
+	out.DurationSeconds = med(func(r *Result) float64 { return r.DurationSeconds })
+	out.CeilingSeconds = med(func(r *Result) float64 { return r.CeilingSeconds })
+	nodes := make([]*NodeResult, len(runs))
+	var kwoks []*NodeResult
+	for i, r := range runs {
+		nodes[i] = &r.NodeResult
+		if r.Kwok != nil {
+			kwoks = append(kwoks, r.Kwok)
+		}
+	}
+	out.NodeResult = medianNode(nodes)
+	if len(kwoks) == len(runs) {
+		k := medianNode(kwoks)
+		out.Kwok = &k
+	}
+	out.Runs = runs
+	return &out
+}
+
+// medianNode is the median of several runs' figures of one node, field by field.
+func medianNode(runs []*NodeResult) NodeResult {
+	out := *runs[0]
+	med := func(get func(*NodeResult) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = get(r)
+		}
+		return median(v)
+	}
+	out.PodsPerS = med(func(r *NodeResult) float64 { return r.PodsPerS })
+	out.RatioToCeiling = med(func(r *NodeResult) float64 { return r.RatioToCeiling })
+	out.P50ms = med(func(r *NodeResult) float64 { return r.P50ms })
+	out.P90ms = med(func(r *NodeResult) float64 { return r.P90ms })
+	out.P99ms = med(func(r *NodeResult) float64 { return r.P99ms })
+	out.WritesPerPod = med(func(r *NodeResult) float64 { return r.WritesPerPod })
+	out.WritesByKind = map[string]float64{}
+	for _, r := range runs {
+		for k := range r.WritesByKind {
+			out.WritesByKind[k] = med(func(r *NodeResult) float64 { return r.WritesByKind[k] })
+		}
+	}
+	out.IdleRSSMiB = med(func(r *NodeResult) float64 { return r.IdleRSSMiB })
+	out.PeakRSSMiB = med(func(r *NodeResult) float64 { return r.PeakRSSMiB })
+	out.RSSGrowthMiB = med(func(r *NodeResult) float64 { return r.RSSGrowthMiB })
+	out.HeapGrowthMiB = med(func(r *NodeResult) float64 { return r.HeapGrowthMiB })
+	out.CPUSeconds = med(func(r *NodeResult) float64 { return r.CPUSeconds })
+	out.DeletePodsPerS = med(func(r *NodeResult) float64 { return r.DeletePodsPerS })
+	out.DeleteP99ms = med(func(r *NodeResult) float64 { return r.DeleteP99ms })
+	out.CreateSeconds = med(func(r *NodeResult) float64 { return r.CreateSeconds })
+	out.DeleteSeconds = med(func(r *NodeResult) float64 { return r.DeleteSeconds })
+	return out
+}
+
+// median is the middle value of v (the lower middle for an even count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	return s[(len(s)-1)/2]
+}

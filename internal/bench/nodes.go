@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// readVerbs are the request verbs that write nothing.
+var readVerbs = map[string]bool{"GET": true, "LIST": true, "WATCH": true}
+
+// startAgent runs the node agent (the vkubelet binary, mock provider) as a child
+// process. Its API writes are its own count, vkubelet_api_requests_total.
+func startAgent(ctx context.Context, cfg Config) (*node, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "vkubelet-bench-")
+	if err != nil {
+		return nil, err
+	}
+	n := &node{kind: "vkubelet", name: "bench-node", metricsURL: "http://" + addr}
+	args := append([]string{"--nodename", n.name, "--kubeconfig", cfg.Kubeconfig, "--provider", "mock",
+		"--metrics-addr", addr, "--kubelet-port", "0", "--self-signed-serving-cert", "--disable-taint",
+		"--cert-dir", dir, "--log-level", "warn"}, cfg.AgentArgs...)
+	if n.proc, err = startChild(ctx, cfg.Binary, args, cfg.AgentEnv, dir); err != nil {
+		return nil, fmt.Errorf("starting the node agent: %w", err)
+	}
+	fmt.Fprintf(cfg.Log, "bench: node agent pid %d: %s %s\n", n.proc.cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
+	n.writes = func(ctx context.Context) (map[string]float64, error) {
+		out := map[string]float64{}
+		err := scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
+			if name == "vkubelet_api_requests_total" && !readVerbs[l["verb"]] {
+				out[l["verb"]+" "+l["resource"]] += v
+			}
+		})
+		return out, err
+	}
+	return n, nil
+}
+
+// kwokNode is the Node kwok manages: a plain Node object, as kwok's documentation
+// creates them; kwok's node-initialize stage gives it its status.
+func kwokNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: name,
+		Labels: map[string]string{
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
+		},
+		Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+	}}
+}
+
+// startKwok creates a Node for kwok and runs kwok as a child process managing that
+// node alone (so it watches only that node's pods, as a kubelet does), with the
+// stages kwokctl gives it by default and a node lease of 40 s, as kwokctl runs it.
+// kwok counts no requests of its own, so its writes are the API server's count
+// (apiserver_request_total) less the benchmark's own pod creations; anything
+// else writing to the API server meanwhile is counted too (on the benchmark's own
+// control plane: the API server's own lease, every 10 s).
+func startKwok(ctx context.Context, c kubernetes.Interface, cfg Config) (*node, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "vkubelet-bench-kwok-")
+	if err != nil {
+		return nil, err
+	}
+	n := &node{kind: "kwok", name: "bench-kwok-node", metricsURL: "http://" + addr,
+		benchWrites: map[string]float64{"POST pods": 1}}
+	if _, err := c.CoreV1().Nodes().Create(ctx, kwokNode(n.name), metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating node %s for kwok: %w", n.name, err)
+	}
+	n.cleanup = func() { _ = c.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) }
+	args := []string{
+		"--kubeconfig=" + cfg.Kubeconfig,
+		"--manage-single-node=" + n.name,
+		"--config=" + cfg.KwokStages,
+		"--node-lease-duration-seconds=40",
+		"--server-address=" + addr, // /metrics and /debug/pprof, for the live heap
+		"--v=WARN",                 // as the agent runs with --log-level warn
+	}
+	// kwok also reads ~/.kwok/kwok.yaml if there is one; a HOME of its own keeps a
+	// user's configuration out of the measurement.
+	env := []string{"HOME=" + dir}
+	if n.proc, err = startChild(ctx, cfg.KwokBinary, args, env, dir); err != nil {
+		n.cleanup()
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Log, "bench: kwok pid %d: %s %s\n", n.proc.cmd.Process.Pid, cfg.KwokBinary, strings.Join(args, " "))
+	n.writes = apiServerWrites(cfg.RESTConfig)
+	return n, nil
+}
+
+// apiServerWrites returns a function reading the API server's count of write
+// requests, keyed "VERB resource[/subresource]".
+func apiServerWrites(cfg *rest.Config) func(ctx context.Context) (map[string]float64, error) {
+	return func(ctx context.Context) (map[string]float64, error) {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]float64{}
+		err = scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(name string, l map[string]string, v float64) {
+			if name != "apiserver_request_total" || readVerbs[l["verb"]] || l["verb"] == "CONNECT" {
+				return
+			}
+			kind := l["resource"]
+			if l["subresource"] != "" {
+				kind += "/" + l["subresource"]
+			}
+			out[l["verb"]+" "+kind] += v
+		})
+		return out, err
+	}
+}
+
+// caBundle is the cluster CA the client trusts, for the kube-root-ca.crt
+// ConfigMap; empty if the client trusts the system's roots.
+func caBundle(cfg *rest.Config) []byte {
+	if len(cfg.CAData) > 0 {
+		return cfg.CAData
+	}
+	if cfg.CAFile != "" {
+		if b, err := os.ReadFile(filepath.Clean(cfg.CAFile)); err == nil {
+			return b
+		}
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// node is a node implementation under measurement: a child process that keeps a
+// Node object Ready and runs the pods bound to it.
+type node struct {
+	kind string // "vkubelet" or "kwok"
+	name string // the Node object
+	proc *child
+	// metricsURL serves the process's Go runtime metrics (/metrics) and pprof
+	// (/debug/pprof), for its live heap.
+	metricsURL string
+	// writes returns the API writes counted so far for the node, keyed
+	// "VERB resource[/subresource]".
+	writes func(ctx context.Context) (map[string]float64, error)
+	// benchWrites are writes, per pod started, that writes counts but the benchmark
+	// itself made; they are subtracted.
+	benchWrites map[string]float64
+	// cleanup, if set, runs after the process has stopped.
+	cleanup func()
+}
+
+func (n *node) stop() {
+	n.proc.stop()
+	if n.cleanup != nil {
+		n.cleanup()
+	}
+}
+
+// failed adds the end of the node's log to err.
+func (n *node) failed(err error) error {
+	return fmt.Errorf("%s: %w; %s log:\n%s", n.kind, err, n.kind, n.proc.tail())
+}
+
+// child is a process started by the benchmark, logging to a file.
+type child struct {
+	cmd     *exec.Cmd
+	logPath string
+	dir     string // removed when the process stops
+}
+
+// startChild runs bin with args, logging to a file in dir (a directory of its own,
+// removed when it stops), with env added to the benchmark's environment.
+func startChild(ctx context.Context, bin string, args, env []string, dir string) (*child, error) {
+	c := &child{dir: dir, logPath: filepath.Join(dir, "log")}
+	logFile, err := os.Create(c.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child has its own descriptor
+	c.cmd = exec.CommandContext(ctx, bin, args...)
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	return c, nil
+}
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+func (c *child) tail() string {
+	b, _ := os.ReadFile(c.logPath)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+type usage struct {
+	rssMiB, peakMiB, cpuSeconds float64
+}
+
+// usage reads the process's resident memory (now and peak) and CPU time from /proc.
+func (c *child) usage() (usage, error) {
+	var u usage
+	pid := c.cmd.Process.Pid
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmRSS:":
+			u.rssMiB = kb / 1024
+		case "VmHWM:":
+			u.peakMiB = kb / 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// Fields after the parenthesised command: utime and stime are the 12th and 13th.
+	rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseFloat(rest[11], 64)
+	stime, _ := strconv.ParseFloat(rest[12], 64)
+	u.cpuSeconds = (utime + stime) / 100 // USER_HZ is 100 on Linux
+	return u, nil
+}
+
+// freeAddr returns a loopback address with a free port.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// liveHeapMiB has a Go process collect garbage (its pprof heap endpoint does, with
+// gc=1) and returns its heap then, from go_memstats_heap_alloc_bytes.
+func liveHeapMiB(ctx context.Context, baseURL string) (float64, error) {
+	resp, err := get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, fmt.Errorf("forcing a GC: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var heap float64
+	found := false
+	err = scrape(ctx, http.DefaultClient, baseURL+"/metrics", func(name string, _ map[string]string, v float64) {
+		if name == "go_memstats_heap_alloc_bytes" {
+			heap, found = v, true
+		}
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("%s/metrics has no go_memstats_heap_alloc_bytes", baseURL)
+	}
+	return heap / (1 << 20), err
+}
+
+func get(ctx context.Context, c *http.Client, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return resp, err
+}
+
+// scrape calls fn with every sample of the Prometheus text exposition at url.
+func scrape(ctx context.Context, c *http.Client, url string, fn func(name string, labels map[string]string, value float64)) error {
+	resp, err := get(ctx, c, url)
+	if err != nil {
+		return fmt.Errorf("reading metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		if name, labels, v, ok := parseSample(s.Text()); ok {
+			fn(name, labels, v)
+		}
+	}
+	return s.Err()
+}
+
+// parseSample parses one sample line of the Prometheus text format:
+// name{label="value",...} value [timestamp].
+func parseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
+	if line == "" || line[0] == '#' {
+		return "", nil, 0, false
+	}
+	rest := line
+	if i := strings.IndexAny(line, "{ "); i < 0 {
+		return "", nil, 0, false
+	} else {
+		name, rest = line[:i], line[i:]
+	}
+	labels = map[string]string{}
+	if strings.HasPrefix(rest, "{") {
+		rest = rest[1:]
+		for {
+			rest = strings.TrimLeft(rest, ", ")
+			if strings.HasPrefix(rest, "}") {
+				rest = rest[1:]
+				break
+			}
+			eq := strings.Index(rest, `="`)
+			if eq < 0 {
+				return "", nil, 0, false
+			}
+			key := rest[:eq]
+			rest = rest[eq+2:]
+			var val strings.Builder
+			closed := false
+			for i := 0; i < len(rest); i++ {
+				switch ch := rest[i]; {
+				case ch == '\\' && i+1 < len(rest):
+					i++
+					switch rest[i] {
+					case 'n':
+						val.WriteByte('\n')
+					default:
+						val.WriteByte(rest[i])
+					}
+				case ch == '"':
+					rest, closed = rest[i+1:], true
+				default:
+					val.WriteByte(ch)
+				}
+				if closed {
+					break
+				}
+			}
+			if !closed {
+				return "", nil, 0, false
+			}
+			labels[key] = val.String()
+		}
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return "", nil, 0, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	return name, labels, v, true
+}

@@ -1,0 +1,38 @@
+package controlplane
+
+import (
+	"strings"
+	"testing"
+)
+
+// Each build module requires the version its component claims, so that the cache
+// key (version plus module hash) names what was built.
+func TestBuildModulesPinTheirVersions(t *testing.T) {
+	for _, c := range append(append([]component{}, components...), metricsServer, kwok) {
+		mod, err := buildmod.ReadFile("buildmod/" + c.name + "/go.mod.txt")
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !strings.Contains(string(mod), " "+c.version+"\n") {
+			t.Errorf("%s: buildmod/%s/go.mod.txt does not require %s", c.name, c.name, c.version)
+		}
+		if _, err := c.key(); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+func TestServiceAccountAdmissionStaysOnOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "ServiceAccount,TaintNodesByCondition"},
+		{Config{ServiceAccountAdmission: true}, "TaintNodesByCondition"},
+	} {
+		if got := strings.Join(disabledAdmission(tc.cfg), ","); got != tc.want {
+			t.Errorf("%+v: disabled plugins %s, want %s", tc.cfg, got, tc.want)
+		}
+	}
+}
