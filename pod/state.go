@@ -6,8 +6,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/vkubelet/vkubelet/provider"
 )
 
 // podState is what the controller remembers about one pod key (namespace/name)
@@ -30,8 +28,8 @@ type podState struct {
 	// env is the environment the provider started the pod with: like the kubelet's,
 	// it stays fixed for the pod's life. Nil for plain providers and after a restart.
 	env map[string][]corev1.EnvVar
-	// volumes are the volume files last handed to the provider.
-	volumes map[string]*provider.VolumeContents
+	// volumes stands for the volume files last handed to the provider.
+	volumes volumesDigest
 	// volumesStale is set when an object the pod references changed, or one of its
 	// tokens is due for refresh, since volumes were resolved.
 	volumesStale bool

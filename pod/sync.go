@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -157,9 +156,9 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.lastPod = p.UID, cached
 		s.deleteRequested, s.notified, s.startTrace = "", nil, started
-		s.env, s.volumes, s.volumesStale = nil, nil, false
+		s.env, s.volumes, s.volumesStale = nil, volumesDigest{}, false
 		if rp != nil {
-			s.env, s.volumes = rp.Env, rp.Volumes
+			s.env, s.volumes = rp.Env, digestVolumes(rp.Volumes)
 		}
 	})
 	c.log.Debug("pod created in provider", "pod", key)
@@ -199,7 +198,7 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 	c.state.update(key, func(s *podState) {
 		s.lastPod = cached
 		if rp != nil {
-			s.env, s.volumes, s.volumesStale = rp.Env, rp.Volumes, false
+			s.env, s.volumes, s.volumesStale = rp.Env, digestVolumes(rp.Volumes), false
 		}
 	})
 	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
@@ -230,7 +229,8 @@ func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.P
 		stale()
 		return fmt.Errorf("resolving volumes of %s: %w", key, err)
 	}
-	if equality.Semantic.DeepEqual(vols, st.volumes) {
+	digest := digestVolumes(vols)
+	if digest == st.volumes {
 		return nil
 	}
 	rp := &provider.ResolvedPod{Pod: p.DeepCopy(), Env: st.env, Volumes: vols}
@@ -240,7 +240,7 @@ func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.P
 		stale()
 		return err
 	}
-	c.state.update(key, func(s *podState) { s.volumes = vols })
+	c.state.update(key, func(s *podState) { s.volumes = digest })
 	c.log.Debug("pod volumes refreshed", "pod", key)
 	return nil
 }
