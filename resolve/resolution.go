@@ -80,9 +80,7 @@ func resolvePod(pod *corev1.Pod, src source, what parts) (*provider.ResolvedPod,
 		}
 
 		out.Env = map[string][]corev1.EnvVar{}
-		shared := services.vars != nil
 		add := func(c *corev1.Container) error {
-			shared = shared && !declaresEnv(c)
 			env, err := r.containerEnv(c, services)
 			if err != nil {
 				return fmt.Errorf("container %s: %w", c.Name, err)
@@ -106,8 +104,8 @@ func resolvePod(pod *corev1.Pod, src source, what parts) (*provider.ResolvedPod,
 				return nil, nil, err
 			}
 		}
-		if shared {
-			out.Env = services.sharedEnv(out.Env)
+		if key := envKey(pod, out.Env, services); key != "" {
+			out.Env = services.sharedEnv(key, out.Env)
 		}
 	}
 	if what.volumes {

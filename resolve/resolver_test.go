@@ -292,3 +292,63 @@ func TestTokensDueTogetherAreRefreshedAFewAtATime(t *testing.T) {
 		t.Errorf("%d distinct pods refreshed over three checks, want %d", len(seen), pods)
 	}
 }
+
+func TestPodsWithEqualEnvironmentsShareOneMap(t *testing.T) {
+	f := newTokenFixture(t)
+	pod := func(name string, env ...corev1.EnvVar) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: env}}}}
+	}
+	envOf := func(p *corev1.Pod) map[string][]corev1.EnvVar {
+		t.Helper()
+		rp, err := f.r.Resolve(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rp.Env
+	}
+	same := func(a, b map[string][]corev1.EnvVar) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	level := corev1.EnvVar{Name: "LEVEL", Value: "info"}
+	a, b := envOf(pod("a", level)), envOf(pod("b", level))
+	if !same(a, b) {
+		t.Error("two pods of one template with variables of their own hold two maps")
+	}
+	if other := envOf(pod("c", corev1.EnvVar{Name: "LEVEL", Value: "debug"})); same(a, other) || other["c"][0].Value != "debug" {
+		t.Errorf("a pod with another value got %v", other["c"])
+	}
+	byName := corev1.EnvVar{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}
+	d, e := envOf(pod("d", byName)), envOf(pod("e", byName))
+	if d["c"][0].Value != "d" || e["c"][0].Value != "e" {
+		t.Fatalf("POD = %q and %q, want d and e", d["c"][0].Value, e["c"][0].Value)
+	}
+	if same(d, e) {
+		t.Error("pods with their own names in their environments share a map")
+	}
+}
+
+func TestShareableEnv(t *testing.T) {
+	for name, c := range map[string]struct {
+		spec corev1.PodSpec
+		want bool
+	}{
+		"literal": {corev1.PodSpec{Containers: []corev1.Container{{Env: []corev1.EnvVar{{Name: "A", Value: "1"}}}}}, true},
+		"configmap": {corev1.PodSpec{Containers: []corev1.Container{{Env: []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{
+			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{Key: "k"}}}}}}}, true},
+		"namespace": {corev1.PodSpec{Containers: []corev1.Container{{Env: []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}}}}, true},
+		"secret key": {corev1.PodSpec{Containers: []corev1.Container{{Env: []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}}}}}, false},
+		"secret in an init container": {corev1.PodSpec{InitContainers: []corev1.Container{{EnvFrom: []corev1.EnvFromSource{{
+			SecretRef: &corev1.SecretEnvSource{}}}}}}, false},
+		"pod IP": {corev1.PodSpec{Containers: []corev1.Container{{Env: []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}}}}, false},
+		"pod UID": {corev1.PodSpec{Containers: []corev1.Container{{Env: []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}}}}, false},
+	} {
+		if got := shareableEnv(&corev1.Pod{Spec: c.spec}); got != c.want {
+			t.Errorf("%s: shareableEnv = %v, want %v", name, got, c.want)
+		}
+	}
+}
