@@ -274,7 +274,12 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 		"--service-account-key-file=" + cp.PKI.ServiceAccountPub,
 		"--service-account-signing-key-file=" + cp.PKI.ServiceAccountKey,
 		"--service-cluster-ip-range=" + serviceCIDR,
+		// Nodes are confined as in a production cluster: the Node authorizer and
+		// the NodeRestriction admission plugin, and bootstrap tokens for their
+		// TLS bootstrap (see NodeBootstrapKubeconfig).
 		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--enable-bootstrap-token-auth=true",
 		// How the apiserver reaches node kubelet APIs (logs, exec, port-forward): it
 		// authenticates with this client certificate and checks the kubelet's serving
 		// certificate against the cluster CA.

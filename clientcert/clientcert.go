@@ -1,0 +1,161 @@
+// Package clientcert gives a node its own identity towards the API server, as the
+// kubelet's TLS bootstrap does: a client certificate for `system:node:<name>` in
+// the group `system:nodes`, which the API server's Node authorizer and
+// NodeRestriction admission plugin recognise and confine to the node's own
+// objects and the objects its pods reference.
+//
+// The first certificate is asked for with a bootstrap credential (a bootstrap
+// token, typically, allowed to create CSRs for the
+// kubernetes.io/kube-apiserver-client-kubelet signer and auto-approved by
+// kube-controller-manager); later ones are asked for with the current
+// certificate, before it expires. client-go's certificate manager does the
+// asking and keeps the pair in a directory, so a restart reuses it; client-go's
+// transport re-reads the pair from that file, so connections move to a renewed
+// certificate without a restart.
+//
+// It is used by internal/agent; it knows nothing of pods or providers.
+package clientcert
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/certificate"
+)
+
+// Config says who the node is and how it gets its first certificate.
+type Config struct {
+	NodeName string
+	// Bootstrap is the credential used while the node has no valid certificate of
+	// its own. Only its server, CA and credentials are used.
+	Bootstrap *rest.Config
+	// Dir keeps the current certificate and key (kubelet-client-current.pem),
+	// across restarts.
+	Dir string
+	// WaitTimeout bounds the wait for the first certificate; zero waits until
+	// ctx ends, as the kubelet does while its CSR is not approved.
+	WaitTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// pairPrefix names the certificate files in Dir, as the kubelet names its own.
+const pairPrefix = "kubelet-client"
+
+// Start returns a client configuration that authenticates as the node with its
+// own certificate. It asks for one with the bootstrap credential if Dir holds
+// none that is valid, and returns once one is issued. Until ctx ends the
+// certificate is renewed before it expires.
+func Start(ctx context.Context, cfg Config) (*rest.Config, error) {
+	if cfg.NodeName == "" || cfg.Dir == "" || cfg.Bootstrap == nil {
+		return nil, errors.New("client certificate: NodeName, Dir and Bootstrap are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	store, err := certificate.NewFileStore(pairPrefix, cfg.Dir, cfg.Dir, "", "")
+	if err != nil {
+		return nil, fmt.Errorf("client certificate store: %w", err)
+	}
+	nodeCfg := NodeConfig(cfg.Bootstrap, store.CurrentPath())
+	bootstrap, err := kubernetes.NewForConfig(cfg.Bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	m, err := certificate.NewManager(&certificate.Config{
+		// Renewals are asked for as the node itself, which the
+		// selfnodeclient approval rule covers; only a node without a valid
+		// certificate uses the bootstrap credential.
+		ClientsetFn: func(current *tls.Certificate) (kubernetes.Interface, error) {
+			if current == nil {
+				return bootstrap, nil
+			}
+			return kubernetes.NewForConfig(nodeCfg)
+		},
+		Template: template(cfg.NodeName),
+		// ECDSA keys, so no key encipherment: the usages the
+		// kube-apiserver-client-kubelet signer and its approver accept.
+		SignerName:       certificatesv1.KubeAPIServerClientKubeletSignerName,
+		Usages:           []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		CertificateStore: store,
+		Name:             "kubelet-client",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client certificate manager: %w", err)
+	}
+	m.Start()
+	go func() { <-ctx.Done(); m.Stop() }()
+
+	start, lastLog := time.Now(), time.Time{}
+	for m.Current() == nil {
+		if cfg.WaitTimeout > 0 && time.Since(start) > cfg.WaitTimeout {
+			m.Stop()
+			return nil, fmt.Errorf("no client certificate after %s: is the %s CSR of node %s approved? (kubectl get csr)",
+				cfg.WaitTimeout, certificatesv1.KubeAPIServerClientKubeletSignerName, cfg.NodeName)
+		}
+		if time.Since(lastLog) > time.Minute {
+			cfg.Logger.Info("waiting for the node's client certificate (TLS bootstrap): its CSR must be approved (kubectl get csr)", "node", cfg.NodeName)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			m.Stop()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	cert := m.Current()
+	if err := checkIdentity(cert, cfg.NodeName); err != nil {
+		m.Stop()
+		return nil, err
+	}
+	cfg.Logger.Info("authenticating as the node", "user", "system:node:"+cfg.NodeName, "expires", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	return nodeCfg, nil
+}
+
+// template is the certificate request of node name: the subject the Node
+// authorizer maps to the node.
+func template(name string) *x509.CertificateRequest {
+	return &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}}}
+}
+
+// NodeConfig is bootstrap's server and CA with the certificate and key of the
+// PEM file pair (both in one file, as the certificate store writes them) as the
+// credential. Given as file names, client-go's transport re-reads them every few
+// minutes and moves to a renewed certificate by itself.
+func NodeConfig(bootstrap *rest.Config, pair string) *rest.Config {
+	out := rest.AnonymousClientConfig(bootstrap)
+	out.TLSClientConfig.CertFile, out.TLSClientConfig.KeyFile = pair, pair
+	out.TLSClientConfig.CertData, out.TLSClientConfig.KeyData = nil, nil
+	return out
+}
+
+// checkIdentity refuses a certificate issued for another name: a stale pair left
+// in a directory shared by mistake would otherwise make this node act as
+// another one.
+func checkIdentity(cert *tls.Certificate, name string) error {
+	leaf := cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return fmt.Errorf("client certificate: %w", err)
+		}
+		cert.Leaf = leaf
+	}
+	if want := "system:node:" + name; leaf.Subject.CommonName != want {
+		return fmt.Errorf("client certificate in the certificate directory is for %q, not %q: remove it or use another --cert-dir", leaf.Subject.CommonName, want)
+	}
+	return nil
+}
