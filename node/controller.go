@@ -37,6 +37,11 @@ type Config struct {
 	// of that key left by an earlier run is removed.
 	ProviderName string
 	DisableTaint bool
+	// AsNode says the client authenticates as the node itself
+	// (system:node:<name>): the NodeRestriction admission plugin then refuses
+	// labels in the kubernetes.io and k8s.io namespaces that a kubelet may not
+	// set, so kubernetes.io/role is left out.
+	AsNode bool
 	// OperatingSystem and Architecture go to the kubernetes.io/os and
 	// kubernetes.io/arch labels and to nodeInfo. Defaults: "linux", runtime.GOARCH.
 	OperatingSystem string

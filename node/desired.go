@@ -62,6 +62,9 @@ func desiredNode(cfg Config) *corev1.Node {
 			},
 		},
 	}
+	if cfg.AsNode {
+		delete(n.ObjectMeta.Labels, labelRole)
+	}
 	if !cfg.DisableTaint {
 		n.Spec.Taints = []corev1.Taint{{Key: TaintKey, Value: cfg.ProviderName, Effect: corev1.TaintEffectNoSchedule}}
 	}

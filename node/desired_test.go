@@ -105,3 +105,18 @@ func TestRenewedLeaseReplacesOwnerOfEarlierNode(t *testing.T) {
 		t.Error("renewedLease mutated its base")
 	}
 }
+
+func TestANodeAuthenticatedAsItselfSetsNoLabelNodeRestrictionForbids(t *testing.T) {
+	cfg := Config{NodeName: "vk", OperatingSystem: "linux", Architecture: "amd64"}
+	if got := desiredNode(cfg).Labels[labelRole]; got != "agent" {
+		t.Errorf("with another credential: %s = %q, want agent", labelRole, got)
+	}
+	cfg.AsNode = true
+	labels := desiredNode(cfg).Labels
+	if _, ok := labels[labelRole]; ok {
+		t.Errorf("as the node: %s is set, which NodeRestriction refuses", labelRole)
+	}
+	if labels[labelType] != "virtual-kubelet" || labels[corev1.LabelHostname] != "vk" {
+		t.Errorf("as the node: labels %v lack type or hostname", labels)
+	}
+}

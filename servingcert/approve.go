@@ -44,10 +44,12 @@ type ownRequest struct {
 // node sent, its spec.username is the identity the node created it as, and it
 // asks for exactly the node's subject and addresses.
 type ownCSRApprover struct {
-	ctx    context.Context
-	client kubernetes.Interface
-	want   *x509.CertificateRequest
-	log    *slog.Logger
+	ctx context.Context
+	// client creates the node's CSRs; approver reads and approves them (the same
+	// clientset unless the node's own identity may not approve).
+	client, approver kubernetes.Interface
+	want             *x509.CertificateRequest
+	log              *slog.Logger
 	// backoff paces the retries of one approval (the API server may be away).
 	backoff wait.Backoff
 	wg      sync.WaitGroup
@@ -78,7 +80,7 @@ func (a *ownCSRApprover) created(csr *certificatesv1.CertificateSigningRequest) 
 // denied, gone or the node stops.
 func (a *ownCSRApprover) approve(own ownRequest) {
 	err := wait.ExponentialBackoffWithContext(a.ctx, a.backoff, func(ctx context.Context) (bool, error) {
-		csr, err := a.client.CertificatesV1().CertificateSigningRequests().Get(ctx, own.name, metav1.GetOptions{})
+		csr, err := a.approver.CertificatesV1().CertificateSigningRequests().Get(ctx, own.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, err
 		}
@@ -96,7 +98,7 @@ func (a *ownCSRApprover) approve(own ownRequest) {
 			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
 			Reason: "AutoApproved", Message: "approved by vkubelet for its own serving certificate (--approve-serving-csr)",
 		})
-		_, err = a.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+		_, err = a.approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
 		if err != nil {
 			a.log.Debug("approving the node's CSR; will retry", "csr", own.name, "error", err)
 			return false, nil

@@ -50,7 +50,7 @@ func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
 		obj.UID = types.UID("uid-" + obj.Name)
 		return false, nil, nil
 	})
-	a := &ownCSRApprover{ctx: ctx, client: c, want: nodeTemplate, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	a := &ownCSRApprover{ctx: ctx, client: c, approver: c, want: nodeTemplate, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		backoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 3}}
 
 	// Someone allowed to create CSRs asks for the node's identity first.

@@ -38,10 +38,14 @@ type Config struct {
 
 	// For the CSR path: the node's name and addresses, the client, and the
 	// directory where the issued certificate and its key are kept across restarts.
-	NodeName    string
-	IPs         []net.IP
-	DNSNames    []string
-	Client      kubernetes.Interface
+	NodeName string
+	IPs      []net.IP
+	DNSNames []string
+	Client   kubernetes.Interface
+	// Approver, if set, approves the node's CSRs (AutoApprove) in place of
+	// Client: a node authenticating as itself may create CSRs but not approve
+	// them, so a tool with that right (`vkubelet up`) lends its own.
+	Approver    kubernetes.Interface
 	Dir         string
 	AutoApprove bool
 	// WaitTimeout bounds the wait for the first certificate; zero waits until ctx
@@ -94,7 +98,11 @@ func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
 	}
 	client := cfg.Client
 	if cfg.AutoApprove {
-		approver := &ownCSRApprover{ctx: ctx, client: cfg.Client, want: template, log: cfg.Logger, backoff: defaultApprovalBackoff}
+		approvingClient := cfg.Approver
+		if approvingClient == nil {
+			approvingClient = cfg.Client
+		}
+		approver := &ownCSRApprover{ctx: ctx, client: cfg.Client, approver: approvingClient, want: template, log: cfg.Logger, backoff: defaultApprovalBackoff}
 		client = approver.clientset()
 	}
 	m, err := certificate.NewManager(&certificate.Config{

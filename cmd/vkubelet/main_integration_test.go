@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -335,6 +336,31 @@ func (u *upProcess) run(t *testing.T, name string, args ...string) {
 	})
 }
 
+// checkNodeIdentity checks that node joined as a kubelet does: its client
+// certificate came from a kube-apiserver-client-kubelet CSR sent with a bootstrap
+// token, and it asked for its serving certificate as system:node:<node>.
+func (u *upProcess) checkNodeIdentity(t *testing.T, node string) {
+	t.Helper()
+	csrs, err := u.client.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bootstrapped, servingAsNode bool
+	for _, csr := range csrs.Items {
+		issued := len(csr.Status.Certificate) > 0
+		switch csr.Spec.SignerName {
+		case certificatesv1.KubeAPIServerClientKubeletSignerName:
+			bootstrapped = bootstrapped || issued && strings.HasPrefix(csr.Spec.Username, "system:bootstrap:")
+		case certificatesv1.KubeletServingSignerName:
+			servingAsNode = servingAsNode || issued && csr.Spec.Username == "system:node:"+node
+		}
+	}
+	if !bootstrapped || !servingAsNode {
+		t.Errorf("node %s did not join under its own identity: client certificate by TLS bootstrap %v, serving CSR sent as system:node:%s %v",
+			node, bootstrapped, node, servingAsNode)
+	}
+}
+
 // stop sends SIGTERM and checks that nothing `up` started outlives it.
 func (u *upProcess) stop(t *testing.T) {
 	t.Helper()
@@ -376,6 +402,7 @@ func (u *upProcess) top(t *testing.T, path, kind, name string) {
 func TestUpPrintsKubeconfigAndRunsPods(t *testing.T) {
 	u := startUp(t)
 	u.run(t, "hello")
+	u.checkNodeIdentity(t, "vkubelet")
 	if err := netns.Available(); err != nil {
 		t.Logf("not checking kubectl top: up runs metrics-server only with --netns (%v)", err)
 	} else {

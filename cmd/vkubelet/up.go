@@ -80,12 +80,21 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
 			}
-			cfg.Kubeconfig = cp.KubeconfigPath
-			// The node asks the cluster for its serving certificate and, being the
-			// admin of this throw-away cluster, approves it itself; the API server
-			// verifies it against the cluster CA, and the kubelet API trusts the
-			// API server's client certificate from the same CA.
+			// The node runs as a kubelet does in a real cluster: under its own
+			// identity, system:node:<name>, from a TLS bootstrap with a bootstrap
+			// token, confined by the Node authorizer and NodeRestriction.
+			cfg.Kubeconfig = ""
+			if cfg.BootstrapKubeconfig, err = cp.NodeBootstrapKubeconfig(ctx, "", 24*time.Hour); err != nil {
+				return err
+			}
+			// The node asks the cluster for its serving certificate; `up`, the
+			// admin of this throw-away cluster, approves that CSR (and only the
+			// node's own) with its credential, which the node's identity lacks.
+			// The API server verifies the certificate against the cluster CA, and
+			// the kubelet API trusts the API server's client certificate from the
+			// same CA.
 			cfg.ApproveServingCSR = true
+			cfg.ServingCSRApprover = cp.RESTConfig
 			cfg.CertDir = filepath.Join(dir, "node-pki")
 			cfg.ClientCAFile = cp.PKI.CACert
 			if useNetns {

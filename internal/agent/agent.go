@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vkubelet/vkubelet/internal/providers"
 	"github.com/vkubelet/vkubelet/internal/tracing"
@@ -45,6 +44,18 @@ type Config struct {
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (in-process callers).
 	RESTConfig *rest.Config
+	// BootstrapKubeconfig, as the kubelet's --bootstrap-kubeconfig: unless
+	// Kubeconfig names an existing file, the node authenticates as itself
+	// (system:node:<name>) with a client certificate kept in CertDir, asked for
+	// with this kubeconfig's credential when there is none (TLS bootstrap) and
+	// renewed before it expires; Kubeconfig, if given, is then written to use it.
+	// BootstrapRESTConfig is the same for in-process callers.
+	BootstrapKubeconfig string
+	BootstrapRESTConfig *rest.Config
+	// ServingCSRApprover, if set, approves the node's own serving CSR
+	// (ApproveServingCSR) in place of the node's credential, which a node identity
+	// may not use for approving.
+	ServingCSRApprover *rest.Config
 
 	OperatingSystem string
 	InternalIP      string
@@ -109,6 +120,9 @@ type Node struct {
 	stopTracing func(context.Context) error
 	// apiMetrics count what the kubelet API turned away.
 	apiMetrics *kubeletapi.Metrics
+	// stopCerts ends the renewal of the node's client certificate; Run calls it on
+	// the way out.
+	stopCerts context.CancelFunc
 }
 
 // listenHost is the host the kubelet API listens on: the configured listen
@@ -130,13 +144,15 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("a node name is required (--nodename)")
 	}
-	restCfg := cfg.RESTConfig
-	if restCfg == nil {
-		restCfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, nil).ClientConfig()
+	certCtx, stopCerts := context.WithCancel(context.Background())
+	defer func() {
 		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %q: %w", cfg.Kubeconfig, err)
+			stopCerts()
 		}
+	}()
+	restCfg, err := clientConfig(ctx, certCtx, cfg)
+	if err != nil {
+		return nil, err
 	}
 	apiRequests := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
 	if restCfg, err = apiClientConfig(restCfg, cfg, apiRequests); err != nil {
@@ -153,7 +169,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
-		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{})}
+		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{}), stopCerts: stopCerts}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), apiRequests)
 	n.registry.MustRegister(clientMetrics()...)
 
@@ -175,6 +191,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.nodes, err = node.NewController(node.Config{
 		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
+		AsNode:          asNode(restCfg),
 		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
 		KubeletVersion: version.KubeletVersion(), Provider: p,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
@@ -218,6 +235,7 @@ func (n *Node) Provider() any { return n.provider }
 // registered and the pod controller has reconciled with the provider. A node that is
 // not ready within StartupTimeout (if set) is an error.
 func (n *Node) Run(ctx context.Context, ready func()) error {
+	defer n.stopCerts()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -279,18 +297,21 @@ func (n *Node) KubeletPort() int32 { return n.cfg.KubeletPort }
 // serveKubeletAPI obtains the serving certificate and serves the kubelet API.
 func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	defer n.kubeletListener.Close()
-	certDir := n.cfg.CertDir
-	if certDir == "" {
-		certDir = filepath.Join(os.TempDir(), "vkubelet-"+n.cfg.NodeName, "pki")
-	}
 	var ips []net.IP
 	if ip := net.ParseIP(n.cfg.InternalIP); ip != nil {
 		ips = append(ips, ip)
 	}
+	var approver kubernetes.Interface
+	if n.cfg.ServingCSRApprover != nil {
+		var err error
+		if approver, err = kubernetes.NewForConfig(n.cfg.ServingCSRApprover); err != nil {
+			return err
+		}
+	}
 	tlsCfg, err := servingcert.TLSConfig(ctx, servingcert.Config{
 		CertFile: n.cfg.ServingCertFile, KeyFile: n.cfg.ServingKeyFile, SelfSigned: n.cfg.SelfSignedServingCert,
 		NodeName: n.cfg.NodeName, IPs: ips, DNSNames: []string{n.cfg.NodeName},
-		Client: n.client, Dir: certDir, AutoApprove: n.cfg.ApproveServingCSR, Logger: n.log,
+		Client: n.client, Approver: approver, Dir: certDir(n.cfg), AutoApprove: n.cfg.ApproveServingCSR, Logger: n.log,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -300,7 +321,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	}
 	caFile := n.cfg.ClientCAFile
 	if caFile == "" {
-		if caFile, err = n.clusterClientCA(ctx, certDir); err != nil {
+		if caFile, err = n.clusterClientCA(ctx, certDir(n.cfg)); err != nil {
 			n.log.Warn("no client CA: the kubelet API accepts bearer tokens only", "error", err)
 		}
 	}

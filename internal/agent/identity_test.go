@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// certPEM is a self-signed certificate for subject, PEM-encoded.
+func certPEM(t *testing.T, subject pkix.Name) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: subject,
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func TestAsNode(t *testing.T) {
+	node := certPEM(t, pkix.Name{CommonName: "system:node:vk", Organization: []string{"system:nodes"}})
+	admin := certPEM(t, pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}})
+	nodeWithoutGroup := certPEM(t, pkix.Name{CommonName: "system:node:vk"})
+	pair := filepath.Join(t.TempDir(), "pair.pem")
+	// The certificate store writes the key before the certificate.
+	key := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte("not parsed")})
+	if err := os.WriteFile(pair, append(key, node...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		cfg  *rest.Config
+		want bool
+	}{
+		"node certificate data":       {&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: node}}, true},
+		"node certificate in a pair":  {&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertFile: pair, KeyFile: pair}}, true},
+		"admin certificate":           {&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: admin}}, false},
+		"node name outside the group": {&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: nodeWithoutGroup}}, false},
+		"bearer token":                {&rest.Config{BearerToken: "x"}, false},
+		"missing certificate file":    {&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertFile: pair + ".gone"}}, false},
+	} {
+		if got := asNode(c.cfg); got != c.want {
+			t.Errorf("%s: asNode = %v, want %v", name, got, c.want)
+		}
+	}
+}
