@@ -323,6 +323,28 @@ func TestStatsAndResourceMetricsThroughTheAPIServer(t *testing.T) {
 	if !ours {
 		t.Error("container_memory_working_set_bytes lacks our container")
 	}
+
+	// The agent's own metrics, readiness and running pods, on the same port.
+	agentMetrics := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/metrics")
+	for _, want := range []string{"vkubelet_api_requests_total", "rest_client_requests_total", "go_goroutines"} {
+		if !strings.Contains(agentMetrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if got := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/readyz"); got != "ok" {
+		t.Errorf("/readyz = %q", got)
+	}
+	var running corev1.PodList
+	if err := json.Unmarshal([]byte(mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/runningpods/")), &running); err != nil {
+		t.Fatal(err)
+	}
+	found = false
+	for _, p := range running.Items {
+		found = found || p.Namespace == ns && p.Name == "measured" && p.UID != "" && len(p.Spec.Containers) == 1
+	}
+	if !found {
+		t.Errorf("/runningpods/ lacks %s/measured: %+v", ns, running.Items)
+	}
 }
 
 // directClient calls the kubelet port itself, trusting the cluster CA.
@@ -390,6 +412,14 @@ func TestDirectAccessIsAuthenticatedAndAuthorized(t *testing.T) {
 	if code := call("POST", execURL, nobody); code != http.StatusForbidden {
 		t.Fatalf("exec by a user without nodes/proxy: %d, want 403", code)
 	}
+	for _, path := range []string{"metrics", "runningpods/", "readyz", "debug/pprof/"} {
+		if code := call("GET", base+path, ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous GET /%s: %d, want 401", path, code)
+		}
+		if code := call("GET", base+path, nobody); code != http.StatusForbidden {
+			t.Errorf("GET /%s by a user without rights on the node: %d, want 403", path, code)
+		}
+	}
 
 	operator := token("operator")
 	role := &rbacv1.ClusterRole{
@@ -412,10 +442,14 @@ func TestDirectAccessIsAuthenticatedAndAuthorized(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})
-	for _, path := range []string{"pods", "stats/summary", "healthz"} {
+	for _, path := range []string{"pods", "stats/summary", "healthz", "readyz", "runningpods/"} {
 		if code := call("GET", base+path, operator); code != http.StatusOK {
 			t.Fatalf("GET /%s by a permitted user: %d, want 200", path, code)
 		}
+	}
+	// /metrics is nodes/metrics, which the operator was not given.
+	if code := call("GET", base+"metrics", operator); code != http.StatusForbidden {
+		t.Errorf("GET /metrics with nodes/proxy and nodes/stats but not nodes/metrics: %d, want 403", code)
 	}
 	// Exec without a streaming upgrade is refused by the protocol, not by authorization.
 	if code := call("POST", execURL, operator); code == http.StatusForbidden || code == http.StatusUnauthorized {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	certutil "k8s.io/client-go/util/cert"
@@ -174,7 +175,7 @@ func TestDenialsAreCountedAndNotLoggedAtInfo(t *testing.T) {
 func TestEveryPathRefusesAnonymousUnauthorizedAndPlainHTTP(t *testing.T) {
 	auth := &fixedAuth{allow: func(authorizer.Attributes) bool { return false }}
 	s, err := NewServer(Config{NodeName: "n1", Authenticator: auth, Authorizer: authorizer.AuthorizerFunc(auth.Authorize),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Gatherer: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,8 @@ func TestEveryPathRefusesAnonymousUnauthorizedAndPlainHTTP(t *testing.T) {
 		{"GET", "/containerLogs/ns/p/c"}, {"POST", "/exec/ns/p/c"}, {"POST", "/exec/ns/p/uid/c"},
 		{"POST", "/attach/ns/p/c"}, {"POST", "/attach/ns/p/uid/c"}, {"POST", "/portForward/ns/p"},
 		{"POST", "/portForward/ns/p/uid"}, {"GET", "/stats/summary"}, {"GET", "/metrics/resource"},
-		{"GET", "/pods"}, {"GET", "/healthz"}, {"GET", "/no/such/path"},
+		{"GET", "/pods"}, {"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/runningpods/"}, {"GET", "/metrics"},
+		{"GET", "/debug/pprof/"}, {"GET", "/debug/pprof/heap"}, {"GET", "/no/such/path"},
 	}
 	status := func(c *http.Client, scheme, method, path, token string) (int, string) {
 		req, _ := http.NewRequest(method, scheme+"://"+l.Addr().String()+path, nil)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,11 @@ type Config struct {
 	MaxConns          int
 	// Metrics counts refused requests and connections; nil keeps them unregistered.
 	Metrics *Metrics
-	Logger  *slog.Logger
+	// Gatherer, if set, is the agent's own metrics, served at /metrics.
+	Gatherer prometheus.Gatherer
+	// Ready, if set, says whether the agent is ready (nil) or why not, for /readyz.
+	Ready  func() error
+	Logger *slog.Logger
 }
 
 // Server is the kubelet HTTPS API of one node.
@@ -95,7 +100,7 @@ func NewServer(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /stats/summary", s.statsSummary)
 	mux.HandleFunc("GET /metrics/resource", s.metricsResource)
 	mux.HandleFunc("GET /pods", s.pods)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	s.nodeRoutes(mux)
 	s.handler = s.withAuth(mux)
 	return s, nil
 }

@@ -145,6 +145,9 @@ type Controller struct {
 
 	ready     chan struct{} // closed after registration and the first lease write
 	readyOnce sync.Once
+	// renewedAt is when the lease was last written (Unix nanoseconds; 0: never),
+	// for LeaseCurrent.
+	renewedAt atomic.Int64
 	running   atomic.Bool // Run may be called once
 
 	// --- owned by Run ---
@@ -444,7 +447,22 @@ func (c *Controller) renewLease(ctx context.Context) bool {
 		c.log.Error("renewing node lease failed", "err", err)
 		return false
 	}
+	c.renewedAt.Store(c.clock.Now().UnixNano())
 	return true
+}
+
+// LeaseCurrent returns nil while the node's lease was renewed within its duration,
+// that is while the cluster sees the node alive; else why not. It serves the
+// agent's /readyz.
+func (c *Controller) LeaseCurrent() error {
+	at := c.renewedAt.Load()
+	if at == 0 {
+		return fmt.Errorf("node %s: lease not written yet", c.cfg.NodeName)
+	}
+	if age := c.clock.Since(time.Unix(0, at)); age > c.cfg.LeaseDuration {
+		return fmt.Errorf("node %s: lease last renewed %s ago, longer than its duration %s", c.cfg.NodeName, age.Round(time.Second), c.cfg.LeaseDuration)
+	}
+	return nil
 }
 
 func (c *Controller) tryRenewLease(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -667,5 +668,41 @@ func TestANodeMarkedNotReadyBySomeoneElseIsPutRightAtOnce(t *testing.T) {
 	f.waitForAction("status patch after the node was marked not Ready", isStatusPatch)
 	if ready := condition(f.node(), corev1.NodeReady); ready.Status != corev1.ConditionTrue {
 		t.Errorf("Ready = %+v, want True again", ready)
+	}
+}
+
+func TestLeaseCurrentFollowsRenewals(t *testing.T) {
+	f := newFixture(t)
+	c := f.newController()
+	ctx := context.Background()
+	if err := c.LeaseCurrent(); err == nil {
+		t.Fatal("a lease never written is current")
+	}
+	if err := c.writeNode(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.heartbeat(ctx)
+	if err := c.LeaseCurrent(); err != nil {
+		t.Fatalf("just renewed: %v", err)
+	}
+	// The back end goes away: no renewal, and once the lease duration (40s) has
+	// passed the lease is no longer current.
+	f.provider.setPingErr(errors.New("back end unreachable"))
+	for range 4 {
+		f.clock.Step(10 * time.Second)
+		c.heartbeat(ctx)
+	}
+	if err := c.LeaseCurrent(); err != nil {
+		t.Fatalf("40s after the last renewal: %v", err)
+	}
+	f.clock.Step(time.Second)
+	c.heartbeat(ctx)
+	if err := c.LeaseCurrent(); err == nil || !strings.Contains(err.Error(), "41s ago") {
+		t.Fatalf("41s after the last renewal: err = %v", err)
+	}
+	f.provider.setPingErr(nil)
+	c.heartbeat(ctx)
+	if err := c.LeaseCurrent(); err != nil {
+		t.Fatalf("renewed again: %v", err)
 	}
 }

@@ -69,7 +69,15 @@ type Config struct {
 	StatusPollInterval time.Duration
 	StartupTimeout     time.Duration
 	ClusterDomain      string
-	MetricsAddr        string // "" disables the metrics endpoint
+	// MetricsAddr is a loopback address serving the agent's metrics and profiles
+	// without authentication, for local debugging and vkubelet bench; "" disables
+	// it. Elsewhere /metrics is scraped on the kubelet port, authorized as
+	// nodes/metrics.
+	MetricsAddr string
+	// HealthzAddr serves /healthz and /readyz alone, without authentication, on
+	// any address: for liveness and readiness probes, which carry no credentials,
+	// as the kubelet's healthz port does. "" disables it.
+	HealthzAddr string
 	KubeAPIQPS         float32
 	// KubeAPIContentType is the encoding of requests and answers
 	// (--kube-api-content-type); "" means protobuf, as for the kubelet.
@@ -143,6 +151,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.NodeName == "" {
 		return nil, errors.New("a node name is required (--nodename)")
+	}
+	if err := checkLoopback(cfg.MetricsAddr); err != nil {
+		return nil, err
 	}
 	certCtx, stopCerts := context.WithCancel(context.Background())
 	defer func() {
@@ -249,14 +260,23 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 	g.Go(func() error { return n.nodes.Run(ctx) })
 	g.Go(func() error { return n.pods.Run(ctx) })
 	g.Go(func() error { return n.serveKubeletAPI(ctx) })
-	if n.cfg.MetricsAddr != "" {
-		l, err := net.Listen("tcp", n.cfg.MetricsAddr)
+	for _, plain := range []struct {
+		addr, what string
+		handler    http.Handler
+	}{
+		{n.cfg.MetricsAddr, "agent metrics and profiles (loopback only)", n.metricsHandler()},
+		{n.cfg.HealthzAddr, "health and readiness", n.healthzHandler()},
+	} {
+		if plain.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", plain.addr)
 		if err != nil {
 			cancel()
 			_ = g.Wait()
-			return fmt.Errorf("metrics endpoint: %w", err)
+			return fmt.Errorf("%s endpoint: %w", plain.what, err)
 		}
-		srv := &http.Server{Handler: n.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: plain.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 		g.Go(func() error {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -264,7 +284,7 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 			return nil
 		})
 		g.Go(func() error { <-ctx.Done(); return srv.Close() })
-		n.log.Info("serving agent metrics", "addr", l.Addr().String())
+		n.log.Info("serving "+plain.what, "addr", l.Addr().String())
 	}
 	g.Go(func() error {
 		var timeout <-chan time.Time
@@ -331,7 +351,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	}
 	srv, err := kubeletapi.NewServer(kubeletapi.Config{
 		NodeName: n.cfg.NodeName, Provider: n.provider, Authenticator: authn, Authorizer: authz, Logger: n.log,
-		Metrics: n.apiMetrics,
+		Metrics: n.apiMetrics, Gatherer: n.registry, Ready: n.ready,
 	})
 	if err != nil {
 		return err
@@ -362,8 +382,8 @@ func (n *Node) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	// Profiles of the agent, for measuring it (vkubelet bench); the endpoint is
-	// meant for a local or otherwise protected address.
+	// Profiles of the agent, for measuring it (vkubelet bench); New refuses a
+	// MetricsAddr other than loopback.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux

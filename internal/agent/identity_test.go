@@ -58,3 +58,14 @@ func TestAsNode(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsAddrMustBeLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"": true, "127.0.0.1:10255": true, "[::1]:10255": true, "localhost:0": true,
+		":10255": false, "0.0.0.0:10255": false, "10.0.0.5:10255": false, "[::]:1": false, "nonsense": false,
+	} {
+		if err := checkLoopback(addr); (err == nil) != ok {
+			t.Errorf("checkLoopback(%q) = %v, want ok %v", addr, err, ok)
+		}
+	}
+}
