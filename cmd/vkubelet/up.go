@@ -36,6 +36,9 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.upstream.apply(cmd.Flags(), f); err != nil {
+				return err
+			}
 			log, err := f.logger()
 			if err != nil {
 				return err

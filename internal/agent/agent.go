@@ -78,7 +78,7 @@ type Config struct {
 	// any address: for liveness and readiness probes, which carry no credentials,
 	// as the kubelet's healthz port does. "" disables it.
 	HealthzAddr string
-	KubeAPIQPS         float32
+	KubeAPIQPS  float32
 	// KubeAPIContentType is the encoding of requests and answers
 	// (--kube-api-content-type); "" means protobuf, as for the kubelet.
 	KubeAPIContentType string
@@ -94,6 +94,13 @@ type Config struct {
 	SelfSignedServingCert           bool
 	ApproveServingCSR               bool
 	CertDir                         string
+	// StreamIdleTimeout and StreamCreationTimeout bound exec, attach and
+	// port-forward sessions (idle, and their handshake); zero: the kubelet's 4h
+	// and 30s.
+	StreamIdleTimeout, StreamCreationTimeout time.Duration
+	// How long the kubelet API caches TokenReview answers and allowed and denied
+	// SubjectAccessReviews; zero: the kubelet's 2m, 5m and 30s.
+	TokenCacheTTL, AllowCacheTTL, DenyCacheTTL time.Duration
 	// ClientCAFile authenticates client certificates (the API server's); empty
 	// reads the cluster's client CA from kube-system/extension-apiserver-authentication.
 	ClientCAFile string
@@ -345,13 +352,15 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 			n.log.Warn("no client CA: the kubelet API accepts bearer tokens only", "error", err)
 		}
 	}
-	authn, authz, err := kubeletapi.NewDelegatingAuth(kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile})
+	authn, authz, err := kubeletapi.NewDelegatingAuth(kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile,
+		TokenCacheTTL: n.cfg.TokenCacheTTL, AllowCacheTTL: n.cfg.AllowCacheTTL, DenyCacheTTL: n.cfg.DenyCacheTTL})
 	if err != nil {
 		return err
 	}
 	srv, err := kubeletapi.NewServer(kubeletapi.Config{
 		NodeName: n.cfg.NodeName, Provider: n.provider, Authenticator: authn, Authorizer: authz, Logger: n.log,
 		Metrics: n.apiMetrics, Gatherer: n.registry, Ready: n.ready,
+		StreamIdleTimeout: n.cfg.StreamIdleTimeout, StreamCreationTimeout: n.cfg.StreamCreationTimeout,
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -35,6 +36,10 @@ type Config struct {
 	SamplingRatio float64
 	// NodeName is recorded on every span's resource (k8s.node.name).
 	NodeName string
+	// ServiceName is the resource's service.name; empty: "vkubelet".
+	ServiceName string
+	// Attributes are more resource attributes, on every span.
+	Attributes map[string]string
 	// BatchTimeout is how long spans wait to be sent; zero: the SDK's 5 s.
 	BatchTimeout time.Duration
 }
@@ -73,14 +78,32 @@ func Setup(ctx context.Context, cfg Config) (trace.TracerProvider, func(context.
 	}
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithBatcher(exp, batch...),
-		sdktrace.WithResource(resource.NewSchemaless(
-			attribute.String("service.name", "vkubelet"),
-			attribute.String("k8s.node.name", cfg.NodeName),
-		)),
+		sdktrace.WithResource(resource.NewSchemaless(resourceAttributes(cfg)...)),
 	}
 	if cfg.SamplingRatio >= 0 {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SamplingRatio))))
 	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	return tp, tp.Shutdown, nil
+}
+
+// resourceAttributes are the attributes of the spans' resource: the extra ones,
+// then the service and node names, which win.
+func resourceAttributes(cfg Config) []attribute.KeyValue {
+	service := cfg.ServiceName
+	if service == "" {
+		service = "vkubelet"
+	}
+	keys := make([]string, 0, len(cfg.Attributes))
+	for k := range cfg.Attributes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []attribute.KeyValue
+	for _, k := range keys {
+		if k != "service.name" && k != "k8s.node.name" {
+			out = append(out, attribute.String(k, cfg.Attributes[k]))
+		}
+	}
+	return append(out, attribute.String("service.name", service), attribute.String("k8s.node.name", cfg.NodeName))
 }
