@@ -26,6 +26,7 @@ type nodeFlags struct {
 	cfg       agent.Config
 	logLevel  string
 	logFormat string
+	upstream  upstreamFlags
 }
 
 func defaultNodeFlags() *nodeFlags {
@@ -48,7 +49,7 @@ func defaultNodeFlags() *nodeFlags {
 			OperatingSystem:    "linux",
 			InternalIP:         ip,
 			KubeletPort:        port,
-			PodSyncWorkers:     20,
+			PodSyncWorkers:     50,
 			PodStatusWorkers:   50,
 			FullResyncPeriod:   time.Minute,
 			StatusPollInterval: 5 * time.Second,
@@ -111,6 +112,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Tracing.SamplingRatio, "tracing-sampling-ratio", c.Tracing.SamplingRatio, "fraction of pod traces recorded, 0 to 1; negative: $OTEL_TRACES_SAMPLER decides (default: all)")
 	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", f.logFormat, "log format: text (key=value) or json (one object a line)")
+	f.upstream.register(fs, f)
 }
 
 // logger builds the process's structured logger and makes it the default, for
@@ -155,6 +157,9 @@ provider's pods running; started again, it picks them up.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.upstream.apply(cmd.Flags(), f); err != nil {
+				return err
+			}
 			log, err := f.logger()
 			if err != nil {
 				return err
