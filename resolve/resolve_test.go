@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/provider"
@@ -425,25 +424,14 @@ func TestPullCredentials(t *testing.T) {
 	}
 }
 
-func TestTokenRefreshTimeIsSpreadBetween70And80PercentOfItsLifetime(t *testing.T) {
+func TestTokenRefreshWindow(t *testing.T) {
 	issued := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	ttl := time.Hour
-	seen := map[time.Time]bool{}
-	for i := range 200 {
-		at := refreshTime(types.UID(fmt.Sprintf("uid-%d", i)), issued, ttl)
-		if at.Before(issued.Add(ttl*7/10)) || at.After(issued.Add(ttl*8/10)) {
-			t.Fatalf("refresh at %s after issue, want between 70%% and 80%% of %s", at.Sub(issued), ttl)
-		}
-		seen[at] = true
+	eligible, due, period := refreshWindow(issued, time.Hour)
+	if eligible.Sub(issued) != 9*time.Minute || due.Sub(issued) != 48*time.Minute || period != 36*time.Minute {
+		t.Errorf("1h token: eligible after %s, due after %s, period %s; want 9m, 48m, 36m", eligible.Sub(issued), due.Sub(issued), period)
 	}
-	if len(seen) < 150 {
-		t.Errorf("only %d distinct refresh times for 200 pods: not spread", len(seen))
-	}
-	if a, b := refreshTime("x", issued, ttl), refreshTime("x", issued, ttl); !a.Equal(b) {
-		t.Error("refresh time differs for one pod")
-	}
-	if at := refreshTime("x", issued, 48*time.Hour); !at.Equal(issued.Add(24 * time.Hour)) {
-		t.Errorf("a 48h token is refreshed %s after issue, want 24h", at.Sub(issued))
+	if _, due, _ := refreshWindow(issued, 48*time.Hour); due.Sub(issued) != 24*time.Hour {
+		t.Errorf("a 48h token is due %s after issue, want 24h (the kubelet's bound)", due.Sub(issued))
 	}
 }
 

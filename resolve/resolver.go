@@ -53,7 +53,11 @@ type Resolver struct {
 	log      *slog.Logger
 
 	checkInterval time.Duration
-	syncTimeout   time.Duration
+	// lastTokenCheck and refreshBudget pace token refreshes (checkTokens);
+	// guarded by mu.
+	lastTokenCheck time.Time
+	refreshBudget  float64
+	syncTimeout    time.Duration
 
 	// ctx bounds the caches' informers; cancel ends them (at the end of Run).
 	ctx    context.Context

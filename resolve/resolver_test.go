@@ -107,31 +107,54 @@ func TestTokenRequestIsBoundToThePod(t *testing.T) {
 	}
 }
 
-func TestTokenIsRefreshedBetweenSeventyAndEightyPercentOfItsLifetime(t *testing.T) {
+func TestALoneTokenIsRefreshedAtAboutSixtyPercentOfItsLifetime(t *testing.T) {
 	f := newTokenFixture(t)
-	p := tokenPod()
+	p := tokenPod() // a 600s token: eligible at 90s, due at 480s, period 360s
 	if got := tokenOf(t, f, p); got != "t1" {
 		t.Fatalf("first token = %q, want t1", got)
 	}
-	f.clk.Step(414 * time.Second) // 69%
-	f.r.checkTokens()
-	if got := f.changes(); len(got) != 0 {
-		t.Fatalf("OnChange(%v) before 70%% of the lifetime", got)
+	var sentAt time.Duration
+	for elapsed := 30 * time.Second; elapsed <= 600*time.Second && sentAt == 0; elapsed += 30 * time.Second {
+		f.clk.Step(30 * time.Second)
+		f.r.checkTokens()
+		if len(f.changes()) > 0 {
+			sentAt = elapsed
+		}
+		if sentAt == 0 {
+			if got := tokenOf(t, f, p); got != "t1" {
+				t.Fatalf("token at %s, before the pod was sent for refresh = %q, want t1 reused", elapsed, got)
+			}
+		}
 	}
-	if got := tokenOf(t, f, p); got != "t1" {
-		t.Fatalf("token before 70%% = %q, want t1 reused", got)
+	// The rate owed for one 600s token is one refresh per 360s.
+	if sentAt != 360*time.Second {
+		t.Fatalf("sent for refresh at %s, want 360s (60%%)", sentAt)
 	}
-	f.clk.Step(67 * time.Second) // 80.2%
-	f.r.checkTokens()
 	if got := f.changes(); len(got) != 1 || got[0] != "ns/p" {
 		t.Fatalf("OnChange calls = %v, want [ns/p]", got)
 	}
 	if got := tokenOf(t, f, p); got != "t2" {
-		t.Fatalf("token after 80%% = %q, want t2", got)
+		t.Fatalf("token after the refresh = %q, want t2", got)
 	}
+	f.clk.Step(30 * time.Second)
 	f.r.checkTokens()
 	if got := f.changes(); len(got) != 1 {
 		t.Errorf("OnChange calls after the refresh = %v, want no more", got)
+	}
+}
+
+func TestAPastDueTokenIsRefreshedWhateverTheBudget(t *testing.T) {
+	f := newTokenFixture(t)
+	p := tokenPod()
+	tokenOf(t, f, p)
+	// No check ran for 490s (a stalled node): the token is past 80%.
+	f.clk.Step(490 * time.Second)
+	f.r.mu.Lock()
+	f.r.refreshBudget = -5
+	f.r.mu.Unlock()
+	f.r.checkTokens()
+	if got := f.changes(); len(got) != 1 {
+		t.Fatalf("OnChange calls = %v, want the past-due pod", got)
 	}
 }
 
@@ -263,33 +286,48 @@ func TestContainersWithoutEnvironmentShareTheServiceVariables(t *testing.T) {
 	}
 }
 
-func TestTokensDueTogetherAreRefreshedAFewAtATime(t *testing.T) {
+func TestTokensOfABurstAreRefreshedAtAnEvenPaceAndInTime(t *testing.T) {
 	f := newTokenFixture(t)
-	f.r.checkInterval = time.Second // at most maxTokenRefreshesPerSecond pods per check
-	const pods = 3 * maxTokenRefreshesPerSecond
-	for i := range pods {
+	const pods = 1200
+	pod := func(i int) *corev1.Pod {
 		p := tokenPod()
 		p.Name, p.UID = fmt.Sprintf("p%d", i), types.UID(fmt.Sprintf("uid-%d", i))
-		tokenOf(t, f, p)
+		return p
 	}
-	f.clk.Step(time.Hour) // every token is past due
-	seen := map[string]bool{}
-	for check := 1; check <= 3; check++ {
+	for i := range pods {
+		tokenOf(t, f, pod(i)) // 600s tokens, all issued at once
+	}
+	// One refresh per 360s per token: 1200 × 30s / 360s = 100 pods a check.
+	const perCheck = 100
+	refreshed := map[string]time.Duration{}
+	// Until 80% of the first tokens' lifetime: each pod once. (Later the ones
+	// refreshed first come round again, one period after their refresh.)
+	for elapsed := 30 * time.Second; elapsed <= 480*time.Second && len(refreshed) < pods; elapsed += 30 * time.Second {
+		f.clk.Step(30 * time.Second)
 		before := len(f.changes())
 		f.r.checkTokens()
 		got := f.changes()[before:]
-		if len(got) != maxTokenRefreshesPerSecond {
-			t.Fatalf("check %d sent %d pods for a token refresh, want %d", check, len(got), maxTokenRefreshesPerSecond)
+		if len(got) > perCheck+1 {
+			t.Fatalf("check at %s sent %d pods for a token refresh, want at most %d", elapsed, len(got), perCheck+1)
+		}
+		if elapsed < 90*time.Second && len(got) > 0 {
+			t.Fatalf("check at %s sent %d pods before 15%% of their tokens' lifetime", elapsed, len(got))
 		}
 		for _, k := range got {
-			seen[k] = true
-			f.r.mu.Lock()
-			f.r.pods[k].tokens[0].refreshAt = f.clk.Now().Add(time.Hour) // as a refresh would
-			f.r.mu.Unlock()
+			if _, again := refreshed[k]; again {
+				if len(refreshed) < pods {
+					t.Fatalf("%s sent again at %s (first at %s) while %d pods had not been sent", k, elapsed, refreshed[k], pods-len(refreshed))
+				}
+				continue
+			}
+			refreshed[k] = elapsed
+			var i int
+			fmt.Sscanf(k, "ns/p%d", &i)
+			tokenOf(t, f, pod(i)) // the refresh the pod controller makes
 		}
 	}
-	if len(seen) != pods {
-		t.Errorf("%d distinct pods refreshed over three checks, want %d", len(seen), pods)
+	if len(refreshed) != pods {
+		t.Fatalf("%d of %d pods refreshed by 80%% of their tokens' lifetime", len(refreshed), pods)
 	}
 }
 
@@ -350,5 +388,50 @@ func TestShareableEnv(t *testing.T) {
 		if got := shareableEnv(&corev1.Pod{Spec: c.spec}); got != c.want {
 			t.Errorf("%s: shareableEnv = %v, want %v", name, got, c.want)
 		}
+	}
+}
+
+// TestAnIdleNodeRefreshesTenThousandTokensUnderFiveASecond simulates three hours
+// of an idle node whose 10,000 pods started together with the kubelet's default
+// token (3607s): the refreshes it sends, check by check (every 30s), must stay
+// under 5 a second, and each token must be refreshed before 80% of its lifetime.
+func TestAnIdleNodeRefreshesTenThousandTokensUnderFiveASecond(t *testing.T) {
+	f := newTokenFixture(t)
+	const pods = 10000
+	pod := func(i int) *corev1.Pod {
+		p := tokenPod()
+		p.Name, p.UID = fmt.Sprintf("p%d", i), types.UID(fmt.Sprintf("uid-%d", i))
+		p.Spec.Volumes[0].Projected.Sources[0].ServiceAccountToken.ExpirationSeconds = ptr.To[int64](3607)
+		return p
+	}
+	issued := make([]time.Time, pods)
+	for i := range pods {
+		tokenOf(t, f, pod(i))
+		issued[i] = f.clk.Now()
+	}
+	start := f.clk.Now()
+	var total, maxPerCheck int
+	for f.clk.Since(start) < 3*time.Hour {
+		f.clk.Step(30 * time.Second)
+		before := len(f.changes())
+		f.r.checkTokens()
+		got := f.changes()[before:]
+		total += len(got)
+		maxPerCheck = max(maxPerCheck, len(got))
+		for _, k := range got {
+			var i int
+			fmt.Sscanf(k, "ns/p%d", &i)
+			if age := f.clk.Since(issued[i]); age > 3607*time.Second*8/10 {
+				t.Fatalf("%s refreshed %s after its token was issued, past 80%%", k, age)
+			}
+			tokenOf(t, f, pod(i))
+			issued[i] = f.clk.Now()
+		}
+	}
+	peak := float64(maxPerCheck) / 30
+	mean := float64(total) / (3 * 3600)
+	t.Logf("10,000 pods, 3607s tokens, 3 hours: %d refreshes, %.2f a second on average, at most %.2f a second over a check", total, mean, peak)
+	if peak >= 5 {
+		t.Errorf("up to %.2f token refreshes a second, want under 5", peak)
 	}
 }

@@ -3,19 +3,24 @@ package resolve
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
-// maxTokenRefreshesPerSecond bounds how many pods a token check sends for a token
-// refresh at once: a node whose pods started in one burst has tokens that all age
-// together, and they are refreshed over minutes, not in one storm of TokenRequests.
+// Token refresh is paced. A token may be refreshed once 15% of its lifetime has
+// passed and must be by 80% (at most 24 hours after it was issued, as the kubelet
+// refreshes it). Between the two, the resolver refreshes the tokens it holds
+// oldest first at a steady rate: Σ 1/(60% of each token's lifetime), so each
+// token is refreshed once per 60% of its lifetime on average and the last of a
+// burst at 75%, with time to spare before 80%. A node whose 10,000 pods started in one minute with one-hour
+// tokens refreshes them at 4.6 a second, evenly, rather than all in the few
+// minutes they come due together; a node with few pods refreshes each at about
+// 60% of its lifetime. Tokens past 80% go first, beyond the rate if need be, up to
+// maxTokenRefreshesPerSecond.
 const maxTokenRefreshesPerSecond = 20
 
 // podToken is a service-account token handed out for a pod's volume, kept to be
@@ -27,27 +32,25 @@ type podToken struct {
 	// token is the token's bytes, shared with the volume file handed to the
 	// provider (read-only, per the provider contract): one copy per pod.
 	token []byte
-	// refreshAt is when the token is to be replaced (see refreshTime).
-	refreshAt time.Time
+	// eligibleAt is when the token may be refreshed; refreshAt is when it must
+	// be, and until when it is reused. checkTokens sets refreshAt to now for the
+	// tokens it sends for refresh, so the next resolution asks for new ones.
+	eligibleAt, refreshAt time.Time
+	// period is 60% of the token's lifetime: its share of the refresh rate is
+	// one refresh per period.
+	period time.Duration
 }
 
 func (t *podToken) is(sa, audience string, expirationSeconds int64) bool {
 	return t.serviceAccount == sa && t.audience == audience && t.expirationSeconds == expirationSeconds
 }
 
-// refreshTime is when a token issued at issued for ttl is replaced. The kubelet
-// replaces a token once 80% of its lifetime has passed, or after 24 hours. Each pod
-// takes a point of its own between 70% and 80%, from its UID, so that the tokens
-// of pods started together are not all refreshed in the same second.
-func refreshTime(uid types.UID, issued time.Time, ttl time.Duration) time.Time {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(uid))
-	spread := time.Duration(float64(ttl/10) * float64(h.Sum32()) / float64(1<<32))
-	at := issued.Add(ttl*8/10 - spread)
-	if day := issued.Add(24 * time.Hour); day.Before(at) {
-		at = day
-	}
-	return at
+// refreshWindow is when a token issued at issued for ttl may be refreshed, when it
+// must be, and its refresh period (see above). Lifetimes beyond 30 hours count as
+// 30, so that a token is refreshed within 24 hours, as the kubelet does.
+func refreshWindow(issued time.Time, ttl time.Duration) (eligible, due time.Time, period time.Duration) {
+	span := min(ttl, 30*time.Hour)
+	return issued.Add(span * 15 / 100), issued.Add(span * 4 / 5), span * 3 / 5
 }
 
 // token returns a token of the pod's service account bound to the pod, reusing the
@@ -96,8 +99,9 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	}
 	issued := expires.Add(-ttl)
 	tok := []byte(tr.Status.Token)
+	eligible, due, period := refreshWindow(issued, ttl)
 	entry := podToken{serviceAccount: sa, audience: audience, expirationSeconds: exp, token: tok,
-		refreshAt: refreshTime(pod.UID, issued, ttl)}
+		eligibleAt: eligible, refreshAt: due, period: period}
 	r.mu.Lock()
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {
 		replaced := false
@@ -114,31 +118,81 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	return tok, nil
 }
 
-// checkTokens tells OnChange about pods holding a token due for refresh, the
-// oldest due first and at most maxTokenRefreshesPerSecond for each second of the
-// check interval; the rest wait for the next check.
+// checkTokens sends pods for a token refresh (OnChange), at the pace described
+// above: the check accrues the rate owed since the last one, at most one check
+// interval's worth (time with nothing to refresh is not saved up for a burst), and
+// spends it on eligible pods, oldest first; pods with a token past due go first
+// and regardless of the budget. A pod sent is not sent again for two intervals
+// unless a new token makes it eligible: one whose provider takes no volume
+// updates keeps its token, and must not starve the others.
 func (r *Resolver) checkTokens() {
 	now := r.clock.Now()
-	type due struct {
-		key string
-		at  time.Time
+	type candidate struct {
+		key      string
+		eligible time.Time
+		overdue  bool
 	}
-	var dues []due
+	var cands []candidate
+	var rate float64 // refreshes owed per second
 	r.mu.Lock()
 	for key, p := range r.pods {
+		c := candidate{key: key}
+		found := false
 		for i := range p.tokens {
-			if at := p.tokens[i].refreshAt; !now.Before(at) {
-				dues = append(dues, due{key, at})
-				break
+			t := &p.tokens[i]
+			if t.period > 0 {
+				rate += 1 / t.period.Seconds()
+			}
+			if now.Before(t.eligibleAt) {
+				continue
+			}
+			if !found || t.eligibleAt.Before(c.eligible) {
+				c.eligible = t.eligibleAt
+			}
+			c.overdue = c.overdue || !now.Before(t.refreshAt)
+			found = true
+		}
+		if found {
+			cands = append(cands, c)
+		}
+	}
+	elapsed := r.checkInterval
+	if !r.lastTokenCheck.IsZero() {
+		elapsed = now.Sub(r.lastTokenCheck)
+	}
+	r.lastTokenCheck = now
+	r.refreshBudget = min(r.refreshBudget+rate*elapsed.Seconds(), max(1, rate*r.checkInterval.Seconds()))
+	slices.SortFunc(cands, func(a, b candidate) int {
+		if a.overdue != b.overdue {
+			if a.overdue {
+				return -1
+			}
+			return 1
+		}
+		return a.eligible.Compare(b.eligible)
+	})
+	hardCap := max(1, int(r.checkInterval.Seconds())*maxTokenRefreshesPerSecond)
+	n := 0
+	for _, c := range cands {
+		if n == hardCap || !c.overdue && r.refreshBudget < 1-1e-9 { // (float sums of the rate)
+			break
+		}
+		n++
+		r.refreshBudget--
+	}
+	// Past-due tokens may overdraw the budget; the debt is bounded so that the
+	// others are not held back for long.
+	r.refreshBudget = max(r.refreshBudget, -float64(hardCap))
+	chosen := cands[:n]
+	for _, c := range chosen {
+		for i := range r.pods[c.key].tokens {
+			if t := &r.pods[c.key].tokens[i]; !now.Before(t.eligibleAt) {
+				t.refreshAt, t.eligibleAt = now, now.Add(2*r.checkInterval)
 			}
 		}
 	}
 	r.mu.Unlock()
-	if limit := int(r.checkInterval.Seconds()) * maxTokenRefreshesPerSecond; len(dues) > limit {
-		slices.SortFunc(dues, func(a, b due) int { return a.at.Compare(b.at) })
-		dues = dues[:max(limit, maxTokenRefreshesPerSecond)]
-	}
-	for _, d := range dues {
-		r.onChange(d.key)
+	for _, c := range chosen {
+		r.onChange(c.key)
 	}
 }
