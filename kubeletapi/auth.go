@@ -1,6 +1,7 @@
 package kubeletapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -28,8 +29,9 @@ type AuthConfig struct {
 
 // NewDelegatingAuth builds the kubelet's authenticator and authorizer: the API
 // server decides, through TokenReview and SubjectAccessReview, with answers cached.
-// Anonymous requests are not authenticated.
-func NewDelegatingAuth(cfg AuthConfig) (authenticator.Request, authorizer.Authorizer, error) {
+// Anonymous requests are not authenticated. The client CA file is watched and
+// reloaded when it changes (a rotated cluster CA) until ctx ends.
+func NewDelegatingAuth(ctx context.Context, cfg AuthConfig) (authenticator.Request, authorizer.Authorizer, error) {
 	if cfg.TokenCacheTTL == 0 {
 		cfg.TokenCacheTTL = 2 * time.Minute
 	}
@@ -51,6 +53,9 @@ func NewDelegatingAuth(cfg AuthConfig) (authenticator.Request, authorizer.Author
 		if err != nil {
 			return nil, nil, fmt.Errorf("client CA %s: %w", cfg.ClientCAFile, err)
 		}
+		// Run also ends the CA's work queue when ctx ends; without it the
+		// queue's goroutine outlives the node.
+		go ca.Run(ctx, 1)
 		authn.ClientCertificateCAContentProvider = ca
 	}
 	a, _, err := authn.New()

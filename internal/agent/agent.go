@@ -352,7 +352,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 			n.log.Warn("no client CA: the kubelet API accepts bearer tokens only", "error", err)
 		}
 	}
-	authn, authz, err := kubeletapi.NewDelegatingAuth(kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile,
+	authn, authz, err := kubeletapi.NewDelegatingAuth(ctx, kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile,
 		TokenCacheTTL: n.cfg.TokenCacheTTL, AllowCacheTTL: n.cfg.AllowCacheTTL, DenyCacheTTL: n.cfg.DenyCacheTTL})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/testenv/leakcheck"
 	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
@@ -26,13 +27,18 @@ func TestMain(m *testing.M) {
 }
 
 // startNode runs an in-process virtual node with the mock provider until stop is
-// called or the test ends; tweak, if given, changes its configuration first.
+// called or the test ends; tweak, if given, changes its configuration first. Once
+// the node has stopped, the test fails if a goroutine or file descriptor of it is
+// left (package leakcheck).
 func startNode(t *testing.T, name string, tweak ...func(*agent.Config)) (p *mock.Provider, stop func()) {
 	t.Helper()
 	cfg := nodetest.MockConfig(t, name, mock.Config{})
 	for _, f := range tweak {
 		f(&cfg)
 	}
+	before := leakcheck.Take()
+	// Cleanups run last first: this one after the node's stop, below.
+	t.Cleanup(func() { before.Check(t, 15*time.Second) })
 	n, stop := nodetest.Run(t, cfg)
 	return n.Provider().(*mock.Provider), stop
 }
