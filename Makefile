@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image
 
 all: build
 
@@ -15,6 +15,14 @@ setup:
 
 build: setup
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/vkubelet ./cmd/vkubelet
+
+# The container image, without a container daemon (internal/image): a static binary
+# run as user 65532, written as an OCI layout archive that `ctr images import` loads
+# and `crane push bin/vkubelet-image.tar <ref>` pushes. One commit, one digest.
+IMAGE_REPO ?= ghcr.io/vkubelet/vkubelet
+image:
+	$(GO) run ./internal/image/mkimage -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
+		-created "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" -repo $(IMAGE_REPO) -out $(BIN)/vkubelet-image.tar
 
 # Builds (first time, several minutes) or finds the cached control-plane binaries,
 # and links kubectl into bin/ for convenience.

@@ -396,6 +396,24 @@ func (e *Env) Conn() (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+e.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
+// ImportImage loads an image archive (an OCI layout or `docker save` tar) into
+// containerd's k8s.io namespace, where the CRI finds it, with containerd's own
+// `ctr images import`, as an operator loads an image onto a node without a
+// registry. It returns what ctr printed.
+func (e *Env) ImportImage(ctx context.Context, archive string) (string, error) {
+	return e.Ctr(ctx, "images", "import", archive)
+}
+
+// Ctr runs containerd's ctr client against this containerd, in the k8s.io
+// namespace, and returns its combined output.
+func (e *Env) Ctr(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", e.Socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("crienv: ctr %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
 func (e *Env) ping(ctx context.Context) error {
 	conn, err := e.Conn()
 	if err != nil {
