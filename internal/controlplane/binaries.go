@@ -23,6 +23,7 @@ const (
 	EtcdVersion          = "v3.7.3"
 	MetricsServerVersion = "v0.9.0"
 	KwokVersion          = "v0.8.0"
+	HelmVersion          = "v4.3.1"
 )
 
 // buildmod holds one small Go module per component family, stored as .txt so that
@@ -107,6 +108,15 @@ var kwok = component{
 	},
 }
 
+// helm installs the chart (charts/vkubelet) in its tests; only EnsureHelm builds it.
+var helm = component{
+	name:     "helm",
+	version:  HelmVersion,
+	packages: []string{"helm.sh/helm/v4/cmd/helm"},
+	// Where Helm's own release build puts its version (`helm version`).
+	ldflags: "-s -w -X helm.sh/helm/v4/internal/version.version=" + HelmVersion,
+}
+
 // kwokStages is the file, beside the kwok binary, holding its default stages.
 const kwokStages = "default-stages.yaml"
 
@@ -160,6 +170,16 @@ func EnsureBinaries(ctx context.Context, out io.Writer) (*Binaries, error) {
 // first if the cache lacks it, with the progress reporting and locking of
 // EnsureBinaries.
 func EnsureMetricsServer(ctx context.Context, out io.Writer) (string, error) {
+	dir, err := ensureCached(ctx, metricsServer, out)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "metrics-server"), nil
+}
+
+// ensureCached returns the cache directory of c's binaries, building them first if
+// the cache lacks them.
+func ensureCached(ctx context.Context, c component, out io.Writer) (string, error) {
 	if out == nil {
 		out = io.Discard
 	}
@@ -167,11 +187,7 @@ func EnsureMetricsServer(ctx context.Context, out io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, err := metricsServer.ensure(ctx, cache, out)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "metrics-server"), nil
+	return c.ensure(ctx, cache, out)
 }
 
 // Kwok is a built kwok.
@@ -185,18 +201,21 @@ type Kwok struct {
 // EnsureKwok returns kwok, building it first if the cache lacks it, with the
 // progress reporting and locking of EnsureBinaries.
 func EnsureKwok(ctx context.Context, out io.Writer) (*Kwok, error) {
-	if out == nil {
-		out = io.Discard
-	}
-	cache, err := CacheDir()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := kwok.ensure(ctx, cache, out)
+	dir, err := ensureCached(ctx, kwok, out)
 	if err != nil {
 		return nil, err
 	}
 	return &Kwok{Binary: filepath.Join(dir, "kwok"), Stages: filepath.Join(dir, kwokStages)}, nil
+}
+
+// EnsureHelm returns the path of the helm binary, building it first if the cache
+// lacks it, with the progress reporting and locking of EnsureBinaries.
+func EnsureHelm(ctx context.Context, out io.Writer) (string, error) {
+	dir, err := ensureCached(ctx, helm, out)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "helm"), nil
 }
 
 // key names the cache entry: the version plus a hash of the build module, so that a
