@@ -104,7 +104,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ServingCertFile, "tls-cert-file", c.ServingCertFile, "serving certificate of the kubelet API ($APISERVER_CERT_LOCATION); empty: request one from the cluster (CSR)")
 	fs.StringVar(&c.ServingKeyFile, "tls-private-key-file", c.ServingKeyFile, "key of --tls-cert-file ($APISERVER_KEY_LOCATION)")
 	fs.BoolVar(&c.SelfSignedServingCert, "self-signed-serving-cert", c.SelfSignedServingCert, "serve the kubelet API with a self-signed certificate instead of asking the cluster (the API server cannot verify it)")
-	fs.BoolVar(&c.ApproveServingCSR, "approve-serving-csr", c.ApproveServingCSR, "approve the node's own kubelet-serving CSR (development clusters; needs the right to approve CSRs)")
+	fs.BoolVar(&c.ApproveServingCSR, "approve-serving-csr", c.ApproveServingCSR, "approve the node's own kubelet-serving CSR, with the --bootstrap-kubeconfig credential if given (a node may not approve), else the node's (needs the right to approve kubelet-serving CSRs)")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "where the node's client certificate (--bootstrap-kubeconfig) and the cluster-issued serving certificate are kept (default: a directory under the system temp dir)")
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", c.ClientCAFile, "CA that signs client certificates accepted by the kubelet API; empty: the cluster's, from kube-system/extension-apiserver-authentication")
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", c.Tracing.Endpoint, "host:port of an OTLP/gRPC receiver for traces of pod syncs, provider calls and status writes; empty: $OTEL_EXPORTER_OTLP_ENDPOINT, and off without it")

@@ -172,6 +172,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ServingCSRApprover, err = servingApprover(cfg); err != nil {
+		return nil, err
+	}
 	apiRequests := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
 	if restCfg, err = apiClientConfig(restCfg, cfg, apiRequests); err != nil {
 		return nil, err

@@ -82,6 +82,28 @@ func clientConfig(ctx, certCtx context.Context, cfg Config) (*rest.Config, error
 	return r.cfg, nil
 }
 
+// servingApprover is the credential that approves the node's own serving CSR
+// when ApproveServingCSR is set: ServingCSRApprover, else the bootstrap
+// credential, since a node's own identity may not approve CSRs. In a cluster the
+// chart's ServiceAccount is that bootstrap credential, allowed to approve
+// kubelet-serving CSRs and nothing else (docs/DEPLOYING.md). Nil means the node's
+// own credential.
+func servingApprover(cfg Config) (*rest.Config, error) {
+	switch {
+	case !cfg.ApproveServingCSR || cfg.ServingCSRApprover != nil:
+		return cfg.ServingCSRApprover, nil
+	case cfg.BootstrapRESTConfig != nil:
+		return cfg.BootstrapRESTConfig, nil
+	case cfg.BootstrapKubeconfig != "":
+		c, err := loadKubeconfig(cfg.BootstrapKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--bootstrap-kubeconfig, to approve the serving CSR: %w", err)
+		}
+		return c, nil
+	}
+	return nil, nil
+}
+
 func loadKubeconfig(path string) (*rest.Config, error) {
 	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}, nil).ClientConfig()

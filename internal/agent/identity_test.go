@@ -69,3 +69,44 @@ func TestMetricsAddrMustBeLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestTheServingCSRIsApprovedWithTheBootstrapCredentialUnlessToldOtherwise(t *testing.T) {
+	admin, boot := &rest.Config{Host: "admin"}, &rest.Config{Host: "bootstrap"}
+	dir := t.TempDir()
+	kubeconfig, token := filepath.Join(dir, "bootstrap.kubeconfig"), filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("a-service-account-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// As the chart writes it: the ServiceAccount's token file is the credential.
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: https://from-file}\nusers:\n- name: u\n  user: {tokenFile: "+token+"}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // the approver's host; "" for none (the node's own credential)
+	}{
+		{"not approving", Config{BootstrapRESTConfig: boot}, ""},
+		{"no bootstrap", Config{ApproveServingCSR: true}, ""},
+		{"an approver given", Config{ApproveServingCSR: true, ServingCSRApprover: admin, BootstrapRESTConfig: boot}, "admin"},
+		{"bootstrap config", Config{ApproveServingCSR: true, BootstrapRESTConfig: boot}, "bootstrap"},
+		{"bootstrap kubeconfig", Config{ApproveServingCSR: true, BootstrapKubeconfig: kubeconfig}, "https://from-file"},
+	} {
+		got, err := servingApprover(tc.cfg)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if host := ""; got != nil {
+			host = got.Host
+			if host != tc.want {
+				t.Errorf("%s: approver %q, want %q", tc.name, host, tc.want)
+			}
+		} else if tc.want != "" {
+			t.Errorf("%s: no approver, want %q", tc.name, tc.want)
+		}
+	}
+	if _, err := servingApprover(Config{ApproveServingCSR: true, BootstrapKubeconfig: filepath.Join(t.TempDir(), "missing")}); err == nil {
+		t.Error("a missing bootstrap kubeconfig was accepted")
+	}
+}
