@@ -18,7 +18,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +28,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 )
@@ -139,4 +143,27 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// Exec runs cmd in a container of a pod through the API server, as `kubectl exec`
+// does (the node's kubelet API serves it), with the package's admin credentials,
+// and returns what it printed on stdout.
+func Exec(t testing.TB, ns, pod, container string, cmd ...string) (string, error) {
+	t.Helper()
+	cp := ControlPlane(t)
+	c, err := kubernetes.NewForConfig(cp.RESTConfig)
+	if err != nil {
+		return "", err
+	}
+	req := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(cp.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
+	return out.String(), err
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
@@ -70,6 +72,36 @@ func MockConfig(t testing.TB, name string, mockCfg mock.Config) agent.Config {
 		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: testenv.ControlPlane(t).RESTConfig,
 		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
 		SelfSignedServingCert: true, CertDir: t.TempDir(),
+		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
+		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
+		KubeAPIQPS: 100, KubeAPIBurst: 200,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// CRIConfig is the configuration of a test node named name with the CRI provider
+// on env's containerd, against the package's control plane: its serving
+// certificate from the cluster (approved by the node), quick leases and polls,
+// logs discarded.
+func CRIConfig(t testing.TB, name string, env *crienv.Env) agent.Config {
+	t.Helper()
+	b, err := json.Marshal(cri.Config{
+		RuntimeEndpoint: env.Socket,
+		RootDir:         t.TempDir(),
+		BackoffBase:     cri.Duration{Duration: time.Second},
+		SyncInterval:    cri.Duration{Duration: 200 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "cri.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return agent.Config{
+		NodeName: name, Provider: "cri", ProviderConfig: cfgPath, RESTConfig: testenv.ControlPlane(t).RESTConfig,
+		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 4,
+		ApproveServingCSR: true, CertDir: t.TempDir(),
 		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
 		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
 		KubeAPIQPS: 100, KubeAPIBurst: 200,

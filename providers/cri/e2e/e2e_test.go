@@ -7,10 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,17 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/portforward"
-	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
-	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
@@ -41,54 +35,13 @@ func TestMain(m *testing.M) {
 // it, until the test ends.
 func startNode(t *testing.T, name string) *crienv.Env {
 	t.Helper()
-	cp := testenv.ControlPlane(t)
+	testenv.ControlPlane(t) // skips under -short
 	env, err := crienv.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Stop)
-	b, err := json.Marshal(cri.Config{
-		RuntimeEndpoint: env.Socket,
-		RootDir:         t.TempDir(),
-		BackoffBase:     cri.Duration{Duration: time.Second},
-		SyncInterval:    cri.Duration{Duration: 200 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(t.TempDir(), "cri.json")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n, err := agent.New(context.Background(), agent.Config{
-		NodeName: name, Provider: "cri", ProviderConfig: cfgPath, RESTConfig: cp.RESTConfig,
-		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 4,
-		ApproveServingCSR: true, CertDir: t.TempDir(),
-		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
-		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
-		KubeAPIQPS: 100, KubeAPIBurst: 200,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx, func() { close(ready) }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node %s: %v", name, err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node %s stopped: %v", name, err)
-	case <-time.After(time.Minute):
-		t.Fatalf("node %s not ready", name)
-	}
+	nodetest.Run(t, nodetest.CRIConfig(t, name, env))
 	return env
 }
 
@@ -152,7 +105,7 @@ func TestPodThroughTheAPI(t *testing.T) {
 		return err == nil && string(b) == "hello-from-cri\n", fmt.Sprintf("logs %q, %v", b, err)
 	})
 
-	if out, err := execIn(t, c, ns, "web", "sh", "-c", "echo exec-$((6*7))"); err != nil || out != "exec-42\n" {
+	if out, err := testenv.Exec(t, ns, "web", "main", "sh", "-c", "echo exec-$((6*7))"); err != nil || out != "exec-42\n" {
 		t.Errorf("exec through the API = %q, %v", out, err)
 	}
 
@@ -220,23 +173,6 @@ func TestPodThroughTheAPI(t *testing.T) {
 	}
 }
 
-// execIn runs cmd in the pod's container "main" through the API server, as kubectl
-// exec does, and returns its stdout.
-func execIn(t *testing.T, c kubernetes.Interface, ns, pod string, cmd ...string) (string, error) {
-	t.Helper()
-	req := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: cmd, Stdout: true}, scheme.ParameterCodec)
-	exec, err := remotecommand.NewSPDYExecutor(testenv.ControlPlane(t).RESTConfig, http.MethodPost, req.URL())
-	if err != nil {
-		return "", err
-	}
-	var out strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
-	return out.String(), err
-}
-
 // A ConfigMap volume's file appears in the container and changes when the ConfigMap
 // changes; env from a Secret is visible to the process; the memory limit is the
 // container's cgroup limit.
@@ -274,7 +210,7 @@ func TestConfigMapSecretAndLimitsThroughTheAPI(t *testing.T) {
 	check := func(want string, cmd ...string) {
 		t.Helper()
 		testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-			out, err := execIn(t, c, ns, "configured", cmd...)
+			out, err := testenv.Exec(t, ns, "configured", "main", cmd...)
 			return err == nil && out == want, fmt.Sprintf("%v = %q, %v; want %q", cmd, out, err, want)
 		})
 	}
