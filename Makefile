@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests
 
 all: build
 
@@ -23,6 +23,14 @@ IMAGE_REPO ?= ghcr.io/vkubelet/vkubelet
 image:
 	$(GO) run ./internal/image/mkimage -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
 		-created "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" -repo $(IMAGE_REPO) -out $(BIN)/vkubelet-image.tar
+
+# deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
+# kubectl apply and kustomize; a test checks that it stays the chart's rendering.
+manifests: controlplane
+	@helm="$$($(BIN)/vkubelet controlplane build 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
+	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
+	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
+	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system; } > deploy/vkubelet.yaml
 
 # Builds (first time, several minutes) or finds the cached control-plane binaries,
 # and links kubectl into bin/ for convenience.
