@@ -322,7 +322,7 @@ func freePort(t *testing.T) int {
 }
 
 // A resolved pod: init containers run in order before the app container, sharing an
-// emptyDir; env from the resolution reaches the process; a configMap volume's file
+// emptyDir that a non-root user may write to; env from the resolution reaches the process; a configMap volume's file
 // appears and follows UpdatePodVolumes.
 func TestResolvedPodVolumesEnvAndInitContainers(t *testing.T) {
 	needRuntime(t)
@@ -338,6 +338,9 @@ func TestResolvedPodVolumesEnvAndInitContainers(t *testing.T) {
 	pod.Spec.InitContainers = []corev1.Container{
 		{Name: "first", Image: env.Busybox, Command: []string{"sh", "-c", "echo -n 1 >> /scratch/order"}, VolumeMounts: scratch},
 		{Name: "second", Image: env.Busybox, Command: []string{"sh", "-c", "echo -n 2 >> /scratch/order"}, VolumeMounts: scratch},
+		// A user other than root writes to the emptyDir too, as on a kubelet.
+		{Name: "third", Image: env.Busybox, Command: []string{"sh", "-c", "echo -n 3 > /scratch/by-nobody"}, VolumeMounts: scratch,
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(65534))}},
 	}
 	pod.Spec.Containers[0].VolumeMounts = append(scratch, corev1.VolumeMount{Name: "config", MountPath: "/etc/config"})
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "token"}}}}
@@ -369,6 +372,7 @@ func TestResolvedPodVolumesEnvAndInitContainers(t *testing.T) {
 		}
 	}
 	check("12", "cat", "/scratch/order")
+	check("3", "cat", "/scratch/by-nobody")
 	check("from-a-secret\n", "sh", "-c", "echo $TOKEN")
 	check("hello", "cat", "/etc/config/greeting")
 	check("deep", "cat", "/etc/config/nested/dir/file")

@@ -54,7 +54,13 @@ func (p *Provider) volumeHostPath(pod *corev1.Pod, vol *corev1.Volume) (string, 
 		return path, false, nil
 	case vol.EmptyDir != nil:
 		dir := p.volumeDir(pod, vol.Name)
-		return dir, false, os.MkdirAll(dir, 0o777)
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return "", false, err
+		}
+		// World-writable whatever the umask, as the kubelet makes it: containers
+		// running as another user than root (the vkubelet image's 65532, for
+		// one) must write to their emptyDir.
+		return dir, false, os.Chmod(dir, 0o777)
 	case hasContents(vol):
 		dir := p.volumeDir(pod, vol.Name)
 		return dir, true, os.MkdirAll(dir, 0o755)
