@@ -67,6 +67,14 @@ type Config struct {
 	// (default: the real clock). Tests pass a fake one.
 	Clock  clock.WithTicker
 	Logger *slog.Logger
+
+	// Labels and Taints are the operator's, added to the node's own (a label
+	// given here wins over the provider's; the hostname label stays the node's
+	// name). Capacity, if set, overrides the provider's capacity and allocatable
+	// resource by resource.
+	Labels   map[string]string
+	Taints   []corev1.Taint
+	Capacity corev1.ResourceList
 }
 
 // withDefaults returns cfg with the zero fields filled in, or an error naming the
@@ -292,6 +300,7 @@ func (c *Controller) configure(ctx context.Context) {
 		c.configurer.ConfigureNode(ctx, n)
 	}
 	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
+	withOperatorSettings(n, c.cfg)
 	c.desired = n
 }
 
@@ -316,6 +325,7 @@ func (c *Controller) takeReportedStatus() {
 	c.latestMu.Unlock()
 	if n != nil {
 		c.desired.Status = withReportedStatus(c.desired.Status, n.Status)
+		overrideCapacity(&c.desired.Status, c.cfg.Capacity)
 	}
 }
 

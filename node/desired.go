@@ -75,6 +75,36 @@ func desiredNode(cfg Config) *corev1.Node {
 	return n
 }
 
+// withOperatorSettings adds the configuration's labels, taints and capacity to a
+// node the provider has configured: the operator's word comes last.
+func withOperatorSettings(n *corev1.Node, cfg Config) {
+	for k, v := range cfg.Labels {
+		if k == corev1.LabelHostname {
+			continue
+		}
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels[k] = v
+	}
+	n.Spec.Taints, _ = mergeTaints(n.Spec.Taints, cfg.Taints, false)
+	overrideCapacity(&n.Status, cfg.Capacity)
+}
+
+// overrideCapacity sets each resource of capacity as the status's capacity and
+// allocatable.
+func overrideCapacity(st *corev1.NodeStatus, capacity corev1.ResourceList) {
+	for name, q := range capacity {
+		if st.Capacity == nil {
+			st.Capacity = corev1.ResourceList{}
+		}
+		if st.Allocatable == nil {
+			st.Allocatable = corev1.ResourceList{}
+		}
+		st.Capacity[name], st.Allocatable[name] = q.DeepCopy(), q.DeepCopy()
+	}
+}
+
 // defaultConditions say the node is healthy; a provider may override any of them.
 func defaultConditions() []corev1.NodeCondition {
 	return []corev1.NodeCondition{

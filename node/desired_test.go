@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -118,5 +119,37 @@ func TestANodeAuthenticatedAsItselfSetsNoLabelNodeRestrictionForbids(t *testing.
 	}
 	if labels[labelType] != "virtual-kubelet" || labels[corev1.LabelHostname] != "vk" {
 		t.Errorf("as the node: labels %v lack type or hostname", labels)
+	}
+}
+
+// The operator's labels, taints and capacity come on top of the provider's; the
+// hostname label stays the node's name.
+func TestOperatorSettingsComeLast(t *testing.T) {
+	cfg := Config{NodeName: "n1", ProviderName: "mock", OperatingSystem: "linux", Architecture: "amd64",
+		Labels:   map[string]string{"site": "east", corev1.LabelHostname: "other", labelType: "hpc"},
+		Taints:   []corev1.Taint{{Key: "dedicated", Value: "hpc", Effect: corev1.TaintEffectNoSchedule}},
+		Capacity: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("5000")},
+	}
+	n := desiredNode(cfg)
+	// As a provider's ConfigureNode would.
+	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("8")}
+	n.Status.Allocatable = n.Status.Capacity.DeepCopy()
+	withOperatorSettings(n, cfg)
+	if n.Labels["site"] != "east" || n.Labels[labelType] != "hpc" || n.Labels[corev1.LabelHostname] != "n1" {
+		t.Errorf("labels %v", n.Labels)
+	}
+	if len(n.Spec.Taints) != 2 || n.Spec.Taints[0].Key != TaintKey || n.Spec.Taints[1].Key != "dedicated" {
+		t.Errorf("taints %v", n.Spec.Taints)
+	}
+	for _, rl := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+		if pods, cpu := rl[corev1.ResourcePods], rl[corev1.ResourceCPU]; pods.Value() != 5000 || cpu.Value() != 8 {
+			t.Errorf("pods %s, cpu %s: want the operator's 5000 pods and the provider's 8 CPUs", pods.String(), cpu.String())
+		}
+	}
+	// A status the provider reports later keeps the operator's capacity.
+	st := withReportedStatus(n.Status, corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")}})
+	overrideCapacity(&st, cfg.Capacity)
+	if pods := st.Capacity[corev1.ResourcePods]; pods.Value() != 5000 {
+		t.Errorf("after a reported status: pods %s", pods.String())
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -104,6 +105,11 @@ type Config struct {
 	// ClientCAFile authenticates client certificates (the API server's); empty
 	// reads the cluster's client CA from kube-system/extension-apiserver-authentication.
 	ClientCAFile string
+	// NodeLabels, NodeTaints and NodeCapacity are the operator's additions to the
+	// node (a NodeSet file's labels, taints and capacity); see node.Config.
+	NodeLabels   map[string]string
+	NodeTaints   []corev1.Taint
+	NodeCapacity corev1.ResourceList
 	// Tracing says where spans of pod syncs, provider calls and status writes go
 	// (OTLP); off unless an endpoint is set here or in the OTEL_* variables.
 	Tracing tracing.Config
@@ -216,6 +222,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
 		KubeletVersion: version.KubeletVersion(), Provider: p,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
+		Labels: cfg.NodeLabels, Taints: cfg.NodeTaints, Capacity: cfg.NodeCapacity,
 	})
 	if err != nil {
 		return nil, err
