@@ -308,12 +308,31 @@ func startUp(t *testing.T, args ...string) *upProcess {
 		t.Fatal(err)
 	}
 	u.client = kubernetes.NewForConfigOrDie(restCfg)
-	waitNodeReady(t, u.client, "vkubelet")
+	for _, node := range upNodeNames(args) {
+		waitNodeReady(t, u.client, node)
+	}
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
 		_, err := u.client.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
 	return u
+}
+
+// upNodeNames are the nodes `vkubelet up args...` starts: vkubelet, or with
+// --nodes N vkubelet-0 … vkubelet-<N-1>.
+func upNodeNames(args []string) []string {
+	for i, a := range args {
+		if a == "--nodes" && i+1 < len(args) {
+			if n, err := strconv.Atoi(args[i+1]); err == nil && n > 1 {
+				names := make([]string, n)
+				for j := range names {
+					names[j] = fmt.Sprintf("vkubelet-%d", j)
+				}
+				return names
+			}
+		}
+	}
+	return []string{"vkubelet"}
 }
 
 // run creates what `kubectl run <name> --image=busybox -- <args>` creates (no node
@@ -408,6 +427,49 @@ func TestUpPrintsKubeconfigAndRunsPods(t *testing.T) {
 	} else {
 		u.top(t, "namespaces/default/pods/hello", "pod", "hello")
 		u.top(t, "nodes/vkubelet", "node", "vkubelet")
+	}
+	u.stop(t)
+}
+
+// TestUpStartsAsManyNodesAsAsked runs `vkubelet up --nodes 3`: three nodes, each
+// under its own identity and serving its own kubelet API, that the scheduler
+// spreads pods over.
+func TestUpStartsAsManyNodesAsAsked(t *testing.T) {
+	u := startUp(t, "--nodes", "3")
+	ctx := context.Background()
+	for i := 0; i < 6; i++ {
+		name := fmt.Sprintf("spread-%d", i)
+		if _, err := u.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox", Args: []string{"from-" + name}}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := map[string]bool{}
+	for i := 0; i < 6; i++ {
+		name := fmt.Sprintf("spread-%d", i)
+		testenv.Eventually(t, 90*time.Second, func() (bool, string) {
+			p, err := u.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				used[p.Spec.NodeName] = true
+			}
+			return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("%s: %s on %q", name, p.Status.Phase, p.Spec.NodeName)
+		})
+		// Its logs come from the kubelet API of the node it runs on.
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			b, err := u.client.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			return err == nil && strings.Contains(string(b), "from-"+name), fmt.Sprintf("logs of %s: %q, %v", name, b, err)
+		})
+	}
+	if len(used) < 2 {
+		t.Errorf("six pods ran on %v: the scheduler should spread them over the three nodes", used)
+	}
+	for _, node := range upNodeNames([]string{"--nodes", "3"}) {
+		u.checkNodeIdentity(t, node)
 	}
 	u.stop(t)
 }

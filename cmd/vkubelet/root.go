@@ -23,7 +23,9 @@ import (
 // nodeFlags are the flags of a node process, shared by `vkubelet` and `vkubelet up`.
 // Names and meanings follow upstream virtual-kubelet where they are the same.
 type nodeFlags struct {
-	cfg       agent.Config
+	cfg agent.Config
+	// configFile is a NodeSet file (--config): several nodes in one process.
+	configFile string
 	logLevel  string
 	logFormat string
 	upstream  upstreamFlags
@@ -78,6 +80,7 @@ func envOr(name, def string) string {
 
 func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
+	fs.StringVar(&f.configFile, "config", f.configFile, "a NodeSet file (apiVersion vkubelet.io/v1alpha1) naming several nodes to run in this process, each with its provider, provider config, labels, taints and capacity; flags given on the command line win over the file's fields; SIGHUP applies a changed file")
 	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(providers.Names(), ", "))
 	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
@@ -153,28 +156,50 @@ func newRootCommand() *cobra.Command {
 		Short: "Run a virtual node: the Kubernetes API on top, a provider behind",
 		Long: `vkubelet registers a virtual node in a Kubernetes cluster and hands every pod the
 scheduler binds to it to a provider. It stops on SIGINT or SIGTERM, leaving the
-provider's pods running; started again, it picks them up.`,
+provider's pods running; started again, it picks them up. With --config it runs
+the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.upstream.apply(cmd.Flags(), f); err != nil {
-				return err
-			}
-			log, err := f.logger()
-			if err != nil {
-				return err
-			}
-			f.cfg.Logger = log
-			n, err := agent.New(cmd.Context(), f.cfg)
-			if err != nil {
-				return err
-			}
-			return n.Run(cmd.Context(), nil)
-		},
+		RunE:         f.run,
 	}
 	f.register(cmd.Flags())
-	cmd.AddCommand(newVersionCommand(), newProvidersCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand())
+	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand())
 	return cmd
+}
+
+// newRunCommand is `vkubelet run`: the same as vkubelet alone, named for the
+// NodeSet case (vkubelet run --config nodes.yaml).
+func newRunCommand() *cobra.Command {
+	f := defaultNodeFlags()
+	cmd := &cobra.Command{
+		Use:          "run",
+		Short:        "Run a virtual node, or with --config the nodes of a NodeSet file (the same as vkubelet alone)",
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE:         f.run,
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// run runs the node of the flags, or the nodes of --config.
+func (f *nodeFlags) run(cmd *cobra.Command, _ []string) error {
+	if err := f.upstream.apply(cmd.Flags(), f); err != nil {
+		return err
+	}
+	log, err := f.logger()
+	if err != nil {
+		return err
+	}
+	f.cfg.Logger = log
+	if f.configFile != "" {
+		return runNodeSet(cmd.Context(), f.configFile, f, cmd.Flags(), log)
+	}
+	n, err := agent.New(cmd.Context(), f.cfg)
+	if err != nil {
+		return err
+	}
+	return n.Run(cmd.Context(), nil)
 }
 
 func newVersionCommand() *cobra.Command {

@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
@@ -24,6 +27,7 @@ func newUpCommand() *cobra.Command {
 	// `kubectl run` need a toleration.
 	f.cfg.DisableTaint = true
 	var dir string
+	nodes := 1
 	useNetns := netns.Available() == nil
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -38,6 +42,12 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.upstream.apply(cmd.Flags(), f); err != nil {
 				return err
+			}
+			if f.configFile != "" {
+				return fmt.Errorf("up runs its own nodes (--nodes); --config is for vkubelet run")
+			}
+			if nodes < 1 || nodes > 100 {
+				return fmt.Errorf("--nodes %d: want 1 to 100", nodes)
 			}
 			log, err := f.logger()
 			if err != nil {
@@ -100,35 +110,53 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			cfg.ServingCSRApprover = cp.RESTConfig
 			cfg.CertDir = filepath.Join(dir, "node-pki")
 			cfg.ClientCAFile = cp.PKI.CACert
+			cfg.Logger = log
+			if cfg.StartupTimeout == 0 {
+				cfg.StartupTimeout = 2 * time.Minute
+			}
+			configs := make([]agent.Config, nodes)
+			for i := range configs {
+				configs[i] = cfg
+				if nodes > 1 {
+					configs[i].NodeName = fmt.Sprintf("%s-%d", cfg.NodeName, i)
+					configs[i].CertDir = filepath.Join(cfg.CertDir, configs[i].NodeName)
+				}
+			}
 			if useNetns {
 				// The API server will not proxy nodes/<n>/proxy/... to a loopback
-				// address; give the node one of its own on this machine.
+				// address; give the nodes one of their own on this machine, each
+				// node a port of it.
 				link, err := netns.Create("vkubelet")
 				if err != nil {
 					return fmt.Errorf("--netns: %w", err)
 				}
 				defer link.Remove()
-				if cfg.KubeletListener, err = link.Listen(int(cfg.KubeletPort)); err != nil {
-					return fmt.Errorf("--netns: %w", err)
+				for i := range configs {
+					port := int(cfg.KubeletPort)
+					if i > 0 {
+						port = 0
+					}
+					if configs[i].KubeletListener, err = link.Listen(port); err != nil {
+						return fmt.Errorf("--netns: %w", err)
+					}
+					configs[i].InternalIP = link.NodeIP
 				}
-				cfg.InternalIP = link.NodeIP
 				startMetricsServer(ctx, cmd.ErrOrStderr(), log, cp, link.HostIP)
 			} else {
+				for i := 1; i < len(configs); i++ {
+					configs[i].KubeletPort = 0 // a free port each
+				}
 				log.Warn("the node's address is 127.0.0.1: logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it; run as root for --netns")
 				log.Warn("kubectl top is unavailable: metrics-server runs only with --netns, as the API server will not proxy metrics.k8s.io to a loopback address")
 			}
-			cfg.Logger = log
-			if cfg.StartupTimeout == 0 {
-				cfg.StartupTimeout = 2 * time.Minute
-			}
-			n, err := agent.New(ctx, cfg)
-			if err != nil {
-				return err
-			}
 			started := time.Now()
-			err = n.Run(ctx, func() {
+			err = runUpNodes(ctx, configs, func() {
+				names := make([]string, len(configs))
+				for i, c := range configs {
+					names[i] = c.NodeName
+				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: node %s ready in %s; stop with Ctrl-C\n",
-					cfg.NodeName, time.Since(started).Round(time.Millisecond))
+					strings.Join(names, ", "), time.Since(started).Round(time.Millisecond))
 				fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)
 			})
 			if ctx.Err() != nil && err == nil || err == context.Canceled {
@@ -139,8 +167,36 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&useNetns, "netns", useNetns, "give the node its own address in a network namespace joined to this host by a veth pair (needs root; default: on when root)")
+	cmd.Flags().IntVar(&nodes, "nodes", nodes, "virtual nodes to start, named <nodename>-0 … when more than one")
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory of the local cluster (default: <cache>/up, see VKUBELET_CACHE)")
 	return cmd
+}
+
+// runUpNodes runs every node until ctx ends or one fails, calling ready once all
+// are ready.
+func runUpNodes(ctx context.Context, configs []agent.Config, ready func()) error {
+	g, ctx := errgroup.WithContext(ctx)
+	var pending sync.WaitGroup
+	pending.Add(len(configs))
+	for _, cfg := range configs {
+		n, err := agent.New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		var once sync.Once
+		g.Go(func() error { return n.Run(ctx, func() { once.Do(pending.Done) }) })
+	}
+	allReady := make(chan struct{})
+	go func() { pending.Wait(); close(allReady) }()
+	g.Go(func() error {
+		select {
+		case <-allReady:
+			ready()
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	return g.Wait()
 }
 
 // startMetricsServer runs metrics-server for `kubectl top` on the host's end of the

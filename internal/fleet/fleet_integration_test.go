@@ -1,0 +1,147 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/nodeconfig"
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/testenv/leakcheck"
+	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/providers/mock"
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, controlplane.Config{})
+}
+
+const nodeSet = `apiVersion: vkubelet.io/v1alpha1
+kind: NodeSet
+nodes:
+  - name: fleet-alpha
+    labels: {site: east}
+    taints: [{key: dedicated, value: hpc, effect: NoSchedule}]
+    capacity: {pods: "5000"}
+  - name: fleet-mock-%%d
+    count: %d
+    start: %d
+`
+
+// A NodeSet of three nodes runs in one process: each registers with the file's
+// labels, taints and capacity and runs its pods. Applying a changed file stops the
+// removed node (its lease is no longer renewed), starts the added one, and leaves
+// the untouched node and its pod alone. Stopped, the fleet leaves nothing behind.
+func TestANodeSetRunsItsNodesAndFollowsChangesToIt(t *testing.T) {
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	before := leakcheck.Take()
+	f := New(Config{Base: nodetest.MockConfig(t, "unused", mock.Config{})})
+	t.Cleanup(func() {
+		f.Stop()
+		before.Check(t, 15*time.Second)
+	})
+	nodes, err := nodeconfig.Parse(fmt.Appendf(nil, nodeSet, 2, 0), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started, _ := f.Apply(ctx, nodes); len(started) != 3 {
+		t.Fatalf("started %v", started)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := f.WaitReady(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	alpha, err := c.CoreV1().Nodes().Get(ctx, "fleet-alpha", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := alpha.Status.Capacity[corev1.ResourcePods]
+	var taints []string
+	for _, tn := range alpha.Spec.Taints {
+		taints = append(taints, tn.ToString())
+	}
+	if alpha.Labels["site"] != "east" || pods.Value() != 5000 || fmt.Sprint(taints) != "[virtual-kubelet.io/provider=mock:NoSchedule dedicated=hpc:NoSchedule]" {
+		t.Errorf("fleet-alpha: labels %v, pods capacity %s, taints %v", alpha.Labels, pods.String(), taints)
+	}
+	for _, node := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1"} {
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "on-" + node},
+			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+				Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, node := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1"} {
+		waitRunning(t, ns, "on-"+node)
+	}
+	alphaPod, err := c.CoreV1().Pods(ns).Get(ctx, "on-fleet-alpha", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// fleet-mock-0 stays, fleet-mock-1 goes, fleet-mock-2 comes.
+	nodes, err = nodeconfig.Parse(append(fmt.Appendf(nil, nodeSet, 1, 0), "  - name: fleet-mock-2\n"...), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, stopped := f.Apply(ctx, nodes)
+	if fmt.Sprint(started, stopped) != "[fleet-mock-2] [fleet-mock-1]" {
+		t.Errorf("started %v, stopped %v", started, stopped)
+	}
+	if err := f.WaitReady(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	lease := func() time.Time {
+		l, err := c.CoordinationV1().Leases("kube-node-lease").Get(ctx, "fleet-mock-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Spec.RenewTime.Time
+	}
+	renewed := lease()
+	time.Sleep(5 * time.Second) // more than two renew intervals of the test nodes (2s)
+	if again := lease(); !again.Equal(renewed) {
+		t.Errorf("the removed node's lease was renewed at %s after the change", again)
+	}
+	// The untouched node kept its pod as it was: not started again by a new provider.
+	now, err := c.CoreV1().Pods(ns).Get(ctx, "on-fleet-alpha", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Status.ContainerStatuses[0].RestartCount != 0 || !now.Status.StartTime.Equal(alphaPod.Status.StartTime) {
+		t.Errorf("the untouched node's pod: restarts %d, start time %s (was %s)",
+			now.Status.ContainerStatuses[0].RestartCount, now.Status.StartTime, alphaPod.Status.StartTime)
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "on-fleet-mock-2"},
+		Spec:       corev1.PodSpec{NodeName: "fleet-mock-2", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, ns, "on-fleet-mock-2")
+	for _, n := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1", "fleet-mock-2"} {
+		_ = c.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+}
+
+func waitRunning(t *testing.T, ns, name string) {
+	t.Helper()
+	c := testenv.Client(t)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("pod %s: %s", name, p.Status.Phase)
+	})
+}
