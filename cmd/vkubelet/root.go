@@ -26,9 +26,9 @@ type nodeFlags struct {
 	cfg agent.Config
 	// configFile is a NodeSet file (--config): several nodes in one process.
 	configFile string
-	logLevel  string
-	logFormat string
-	upstream  upstreamFlags
+	logLevel   string
+	logFormat  string
+	upstream   upstreamFlags
 }
 
 func defaultNodeFlags() *nodeFlags {
