@@ -13,31 +13,54 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/fleet"
 	"github.com/vkubelet/vkubelet/internal/nodeconfig"
 )
 
-// runNodeSet runs the nodes of the NodeSet file at path until ctx ends. SIGHUP
-// reads the file again: added nodes start, removed ones stop, changed ones
-// restart, the others go on; a file with an error is not applied and the running
-// nodes stay as they are.
+// runNodeSet runs the nodes of the NodeSet file at path (or, with path empty, the
+// one node of the flags, for --leader-elect) until ctx ends. SIGHUP reads the file
+// again: added nodes start, removed ones stop, changed ones restart, the others go
+// on; a file with an error is not applied and the running nodes stay as they are.
 func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.FlagSet, log *slog.Logger) error {
-	nodes, err := nodeconfig.Load(path)
+	load := func() ([]nodeconfig.Node, error) { return nodeconfig.Load(path) }
+	if path == "" {
+		load = func() ([]nodeconfig.Node, error) { return []nodeconfig.Node{{Name: f.cfg.NodeName}}, nil }
+	} else if flags.Changed("nodename") {
+		return errors.New("--nodename names one node; the nodes of --config are named in the file")
+	}
+	nodes, err := load()
 	if err != nil {
 		return err
 	}
-	if flags.Changed("nodename") {
-		return errors.New("--nodename names one node; the nodes of --config are named in the file")
-	}
-	if f.cfg.MetricsAddr != "" {
+	if path != "" && f.cfg.MetricsAddr != "" {
 		return errors.New("--metrics-addr serves one node; with --config scrape each node's /metrics on its kubelet port")
 	}
 	explicit := map[string]bool{}
 	for _, name := range []string{fleet.FlagProvider, fleet.FlagProviderConfig, fleet.FlagDisableTaint} {
-		explicit[name] = flags.Changed(name)
+		// Without a file, the flags are the node's.
+		explicit[name] = flags.Changed(name) || path == ""
 	}
-	fl := fleet.New(fleet.Config{Base: f.cfg, Explicit: explicit, Logger: log})
+	fc := fleet.Config{Base: f.cfg, Explicit: explicit, Logger: log}
+	fc.SingleNode = path == ""
+	if f.leaderElect {
+		le := f.election
+		if le.Identity == "" {
+			host, _ := os.Hostname()
+			le.Identity = fmt.Sprintf("%s_%d", host, os.Getpid())
+		}
+		if le.Client, err = electionClient(f.cfg); err != nil {
+			return err
+		}
+		fc.LeaderElection = &le
+	}
+	fl, err := fleet.New(fc)
+	if err != nil {
+		return err
+	}
 	defer fl.Stop()
 	if f.cfg.HealthzAddr != "" {
 		l, err := net.Listen("tcp", f.cfg.HealthzAddr)
@@ -59,7 +82,7 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 		case <-ctx.Done():
 			return nil
 		case <-hup:
-			nodes, err := nodeconfig.Load(path)
+			nodes, err := load()
 			if err != nil {
 				log.Error("configuration not applied; the running nodes stay", "error", err)
 				continue
@@ -68,4 +91,23 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 			log.Info("configuration applied", "config", path, "started", started, "stopped", stopped, "nodes", len(nodes))
 		}
 	}
+}
+
+// electionClient is the client of the nodes' election Leases: the bootstrap
+// credential if there is one (a node's own identity may not touch other Leases;
+// the chart's ServiceAccount may, in its namespace), else the kubeconfig's, else
+// the in-cluster one.
+func electionClient(cfg agent.Config) (kubernetes.Interface, error) {
+	path := cfg.Kubeconfig
+	if cfg.BootstrapKubeconfig != "" {
+		path = cfg.BootstrapKubeconfig
+	}
+	rc := cfg.RESTConfig
+	if rc == nil {
+		var err error
+		if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+			return nil, fmt.Errorf("--leader-elect: %w", err)
+		}
+	}
+	return kubernetes.NewForConfig(rc)
 }

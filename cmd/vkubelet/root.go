@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
+	"github.com/vkubelet/vkubelet/internal/fleet"
 	"github.com/vkubelet/vkubelet/internal/providers"
 	"github.com/vkubelet/vkubelet/internal/tracing"
 	"github.com/vkubelet/vkubelet/internal/version"
@@ -26,9 +27,12 @@ type nodeFlags struct {
 	cfg agent.Config
 	// configFile is a NodeSet file (--config): several nodes in one process.
 	configFile string
-	logLevel   string
-	logFormat  string
-	upstream   upstreamFlags
+	// leaderElect shares the nodes between replicas (--leader-elect).
+	leaderElect bool
+	election    fleet.LeaderElection
+	logLevel    string
+	logFormat   string
+	upstream    upstreamFlags
 }
 
 func defaultNodeFlags() *nodeFlags {
@@ -66,6 +70,8 @@ func defaultNodeFlags() *nodeFlags {
 			RenewInterval:      10 * time.Second,
 			Tracing:            tracing.Config{SamplingRatio: -1},
 		},
+		election: fleet.LeaderElection{Namespace: "default", LeaseDuration: 40 * time.Second,
+			RenewDeadline: 30 * time.Second, RetryPeriod: 4 * time.Second},
 		logLevel:  "info",
 		logFormat: "text",
 	}
@@ -81,6 +87,11 @@ func envOr(name, def string) string {
 func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&f.configFile, "config", f.configFile, "a NodeSet file (apiVersion vkubelet.io/v1alpha1) naming several nodes to run in this process, each with its provider, provider config, labels, taints and capacity; flags given on the command line win over the file's fields; SIGHUP applies a changed file")
+	fs.BoolVar(&f.leaderElect, "leader-elect", f.leaderElect, "share the nodes with other replicas of the same configuration: each node runs in the one replica holding its Lease <leader-elect-namespace>/vkubelet-<node>, and moves to another within the lease duration when that replica dies")
+	fs.StringVar(&f.election.Namespace, "leader-elect-namespace", f.election.Namespace, "namespace of the nodes' election Leases")
+	fs.DurationVar(&f.election.LeaseDuration, "leader-elect-lease-duration", f.election.LeaseDuration, "how long a replica's hold on a node lasts without renewal: the longest a dead replica's nodes wait")
+	fs.DurationVar(&f.election.RenewDeadline, "leader-elect-renew-deadline", f.election.RenewDeadline, "a holder that cannot renew within this time gives its nodes up")
+	fs.DurationVar(&f.election.RetryPeriod, "leader-elect-retry-period", f.election.RetryPeriod, "how often replicas try to take a node")
 	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(providers.Names(), ", "))
 	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
@@ -192,7 +203,7 @@ func (f *nodeFlags) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	f.cfg.Logger = log
-	if f.configFile != "" {
+	if f.configFile != "" || f.leaderElect {
 		return runNodeSet(cmd.Context(), f.configFile, f, cmd.Flags(), log)
 	}
 	n, err := agent.New(cmd.Context(), f.cfg)

@@ -20,6 +20,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,6 +51,13 @@ type Config struct {
 	// RestartBackoff is the first wait before a failed node starts again, doubled
 	// up to a minute. Default 1s.
 	RestartBackoff time.Duration
+	// LeaderElection, if set, runs each node only while this replica holds the
+	// node's Lease (election.go).
+	LeaderElection *LeaderElection
+	// SingleNode says the fleet runs the one node of the command line
+	// (--leader-elect without --config): its port, certificate directory and
+	// kubeconfig stay the command line's.
+	SingleNode bool
 }
 
 // Fleet is the set of running nodes.
@@ -66,10 +74,12 @@ type member struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	ready  chan struct{} // closed once the node is ready (its first start)
+	// standby: another replica holds the node (leader election).
+	standby atomic.Bool
 }
 
 // New returns an empty fleet; Apply starts nodes.
-func New(cfg Config) *Fleet {
+func New(cfg Config) (*Fleet, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -79,8 +89,17 @@ func New(cfg Config) *Fleet {
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = time.Second
 	}
-	return &Fleet{cfg: cfg, members: map[string]*member{}}
+	if cfg.LeaderElection != nil {
+		le := *cfg.LeaderElection
+		if err := checkLeaderElection(&le); err != nil {
+			return nil, err
+		}
+		cfg.LeaderElection = &le
+	}
+	return &Fleet{cfg: cfg, members: map[string]*member{}}, nil
 }
+
+func (f *Fleet) log(node string) *slog.Logger { return f.cfg.Logger.With("node", node) }
 
 func runAgent(ctx context.Context, cfg agent.Config, ready func()) error {
 	n, err := agent.New(ctx, cfg)
@@ -131,7 +150,7 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 	ctx, cancel := context.WithCancel(ctx)
 	m := &member{spec: n, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
 	cfg := f.NodeConfig(n)
-	log := f.cfg.Logger.With("node", n.Name)
+	log := f.log(n.Name)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -139,7 +158,13 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 		var once sync.Once
 		backoff := wait.Backoff{Duration: f.cfg.RestartBackoff, Factor: 2, Cap: time.Minute, Steps: 1 << 30}
 		for {
-			err := f.cfg.Run(ctx, cfg, func() { once.Do(func() { close(m.ready) }) })
+			ready := func() { once.Do(func() { close(m.ready) }) }
+			var err error
+			if f.cfg.LeaderElection != nil {
+				err = f.runHeld(ctx, m, cfg, ready)
+			} else {
+				err = f.cfg.Run(ctx, cfg, ready)
+			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -161,9 +186,12 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 func (f *Fleet) NodeConfig(n nodeconfig.Node) agent.Config {
 	c := f.cfg.Base
 	c.NodeName = n.Name
-	// One process serves health for all its nodes (Fleet.Ready); each node's
-	// metrics are on its kubelet port.
-	c.MetricsAddr, c.HealthzAddr = "", ""
+	// One process serves health for all its nodes (Fleet.HealthHandler); each
+	// node's metrics are on its kubelet port (and the one node's on MetricsAddr).
+	c.HealthzAddr = ""
+	if !f.cfg.SingleNode {
+		c.MetricsAddr = ""
+	}
 	if n.Provider != "" && !f.cfg.Explicit[FlagProvider] {
 		c.Provider = n.Provider
 	}
@@ -175,6 +203,9 @@ func (f *Fleet) NodeConfig(n nodeconfig.Node) agent.Config {
 	}
 	// Nodes of one process cannot share a port: a node listens where the file
 	// says, else on a free port it advertises.
+	if f.cfg.SingleNode {
+		return c
+	}
 	c.KubeletPort = 0
 	if n.KubeletPort != nil {
 		c.KubeletPort = *n.KubeletPort
@@ -202,15 +233,18 @@ func (f *Fleet) Running() []string {
 }
 
 // Ready reports whether every running node has been ready once, naming one that
-// has not.
+// has not. A node another replica holds counts as ready: this replica stands by.
 func (f *Fleet) Ready() (bool, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(f.members)) {
+		m := f.members[name]
 		select {
-		case <-f.members[name].ready:
+		case <-m.ready:
 		default:
-			return false, fmt.Sprintf("node %s is not ready", name)
+			if !m.standby.Load() {
+				return false, fmt.Sprintf("node %s is not ready", name)
+			}
 		}
 	}
 	return true, ""

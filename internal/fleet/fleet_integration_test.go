@@ -43,7 +43,7 @@ func TestANodeSetRunsItsNodesAndFollowsChangesToIt(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 	before := leakcheck.Take()
-	f := New(Config{Base: nodetest.MockConfig(t, "unused", mock.Config{})})
+	f := mustNew(t, Config{Base: nodetest.MockConfig(t, "unused", mock.Config{})})
 	t.Cleanup(func() {
 		f.Stop()
 		before.Check(t, 15*time.Second)

@@ -53,7 +53,7 @@ func newFake() *fakeNodes {
 
 func TestApplyStartsStopsAndRestartsOnlyWhatChanged(t *testing.T) {
 	fake := newFake()
-	f := New(Config{Run: fake.run})
+	f := mustNew(t, Config{Run: fake.run})
 	defer f.Stop()
 	ctx := context.Background()
 	a, b, c := nodeconfig.Node{Name: "a"}, nodeconfig.Node{Name: "b"}, nodeconfig.Node{Name: "c"}
@@ -91,7 +91,7 @@ func TestApplyStartsStopsAndRestartsOnlyWhatChanged(t *testing.T) {
 func TestAFailingNodeIsRetriedWithoutStoppingTheOthers(t *testing.T) {
 	fake := newFake()
 	fake.fail["bad"] = true
-	f := New(Config{Run: fake.run, RestartBackoff: 10 * time.Millisecond})
+	f := mustNew(t, Config{Run: fake.run, RestartBackoff: 10 * time.Millisecond})
 	defer f.Stop()
 	f.Apply(context.Background(), []nodeconfig.Node{{Name: "good"}, {Name: "bad"}})
 	deadline := time.Now().Add(5 * time.Second)
@@ -125,7 +125,7 @@ func TestTheCommandLineWinsOverTheFileWhereItWasGiven(t *testing.T) {
 	n := nodeconfig.Node{Name: "hpc", Provider: "kube", ProviderConfig: "/file.json",
 		DisableProviderTaint: ptr.To(true), KubeletPort: ptr.To(int32(10260)), Labels: map[string]string{"a": "b"}}
 
-	c := New(Config{Base: base}).NodeConfig(n)
+	c := mustNew(t, Config{Base: base}).NodeConfig(n)
 	if c.NodeName != "hpc" || c.Provider != "kube" || c.ProviderConfig != "/file.json" || !c.DisableTaint || c.KubeletPort != 10260 {
 		t.Errorf("file's fields not taken: %+v", c)
 	}
@@ -139,7 +139,7 @@ func TestTheCommandLineWinsOverTheFileWhereItWasGiven(t *testing.T) {
 	explicit := map[string]bool{FlagProvider: true, FlagProviderConfig: true, FlagDisableTaint: true}
 	withBootstrap := base
 	withBootstrap.BootstrapKubeconfig = "/bootstrap"
-	c = New(Config{Base: withBootstrap, Explicit: explicit}).NodeConfig(nodeconfig.Node{Name: "m-1", Provider: "kube", ProviderConfig: "/file.json", DisableProviderTaint: ptr.To(true)})
+	c = mustNew(t, Config{Base: withBootstrap, Explicit: explicit}).NodeConfig(nodeconfig.Node{Name: "m-1", Provider: "kube", ProviderConfig: "/file.json", DisableProviderTaint: ptr.To(true)})
 	if c.Provider != "mock" || c.ProviderConfig != "/flag.json" || c.DisableTaint {
 		t.Errorf("flags given on the command line did not win: %+v", c)
 	}
@@ -149,4 +149,13 @@ func TestTheCommandLineWinsOverTheFileWhereItWasGiven(t *testing.T) {
 	if c.Kubeconfig != filepath.Join("/var/lib/vkubelet", "m-1", "kubeconfig") {
 		t.Errorf("each bootstrapped node keeps its own kubeconfig; got %q", c.Kubeconfig)
 	}
+}
+
+func mustNew(t *testing.T, cfg Config) *Fleet {
+	t.Helper()
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/fleet"
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/providers/kube"
+)
+
+// Two replicas share the two nodes of one NodeSet (kube provider, pods in a second
+// cluster) by --leader-elect. The replica holding them is killed with SIGKILL in
+// the middle of a burst of 200 pods: the other takes both nodes over within the
+// election lease, every source pod ends with exactly one pod in the target, and
+// the target pods made before the kill keep their UIDs (adopted, not re-created).
+func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
+	src := testenv.ControlPlane(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	target, err := controlplane.Start(ctx, controlplane.Config{Dir: filepath.Join(t.TempDir(), "target")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Stop() })
+	tc, err := kubernetes.NewForConfig(target.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	kubeCfg, _ := json.Marshal(kube.Config{Kubeconfig: target.KubeconfigPath, ClusterID: "src"})
+	if err := os.WriteFile(filepath.Join(dir, "kube.json"), kubeCfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The target has no nodes of its own: the file gives the nodes their capacity.
+	nodeSet := "apiVersion: vkubelet.io/v1alpha1\nkind: NodeSet\nnodes:\n  - name: ha-%d\n    count: 2\n    provider: kube\n    providerConfig: kube.json\n    capacity: {pods: \"500\", cpu: \"64\", memory: 256Gi}\n"
+	if err := os.WriteFile(filepath.Join(dir, "nodes.yaml"), []byte(nodeSet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const leaseDuration = 10 * time.Second
+	replica := func() *nodeProcess {
+		return startNodeProcess(t, "run", "--config", filepath.Join(dir, "nodes.yaml"), "--kubeconfig", src.KubeconfigPath,
+			"--self-signed-serving-cert", "--cert-dir", t.TempDir(),
+			"--node-lease-duration=10s", "--node-lease-renew-interval=2s", "--status-poll-interval=1s",
+			"--leader-elect", "--leader-elect-namespace", ns, "--leader-elect-lease-duration", leaseDuration.String(),
+			"--leader-elect-renew-deadline=7s", "--leader-elect-retry-period=1s")
+	}
+	nodes := []string{"ha-0", "ha-1"}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = c.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		}
+	})
+	first := replica()
+	for _, n := range nodes {
+		waitNodeReady(t, c, n)
+	}
+	host, _ := os.Hostname()
+	firstID := host + "_" + strconv.Itoa(first.cmd.Process.Pid)
+	second := replica()
+	secondID := host + "_" + strconv.Itoa(second.cmd.Process.Pid)
+	holders := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range nodes {
+			h, err := fleet.Holder(ctx, c, ns, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[n] = h
+		}
+		return out
+	}
+	time.Sleep(3 * time.Second) // the second replica tries, and stands by
+	if h := holders(); h["ha-0"] != firstID || h["ha-1"] != firstID {
+		t.Fatalf("holders %v, want both %s (the first replica)", h, firstID)
+	}
+
+	const pods = 200
+	var killedAt time.Time
+	targetUIDs := map[string]string{} // origin UID → target UID, before the kill
+	for i := 0; i < pods; i++ {
+		if i == pods/2 {
+			list, err := tc.CoreV1().Pods(ns+"-src").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range list.Items {
+				targetUIDs[p.Labels[kube.LabelOriginUID]] = string(p.UID)
+			}
+			if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killedAt = time.Now()
+			t.Logf("first replica killed with %d of %d pods created, %d of them in the target", i, pods, len(targetUIDs))
+		}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d", i)},
+			Spec: corev1.PodSpec{NodeName: nodes[i%2], Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var tookOver time.Duration
+	testenv.Eventually(t, 3*leaseDuration, func() (bool, string) {
+		h := holders()
+		if h["ha-0"] == secondID && h["ha-1"] == secondID && tookOver == 0 {
+			tookOver = time.Since(killedAt)
+		}
+		return tookOver > 0, fmt.Sprintf("holders %v", h)
+	})
+	for _, n := range nodes {
+		waitNodeReady(t, c, n)
+	}
+	t.Logf("the second replica held both nodes %s after the kill (election lease %s)", tookOver.Round(100*time.Millisecond), leaseDuration)
+	if tookOver > leaseDuration+3*time.Second {
+		t.Errorf("failover took %s, more than the lease duration %s and three retry periods", tookOver, leaseDuration)
+	}
+
+	// Every source pod has one target pod; those made before the kill are the same.
+	source, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		list, err := tc.CoreV1().Pods(ns+"-src").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		perOrigin := map[string]int{}
+		for _, p := range list.Items {
+			perOrigin[p.Labels[kube.LabelOriginUID]]++
+		}
+		missing, doubled := 0, 0
+		for _, p := range source.Items {
+			switch perOrigin[string(p.UID)] {
+			case 0:
+				missing++
+			case 1:
+			default:
+				doubled++
+			}
+		}
+		return missing == 0 && doubled == 0 && len(list.Items) == pods,
+			fmt.Sprintf("%d target pods for %d source pods: %d missing, %d doubled", len(list.Items), len(source.Items), missing, doubled)
+	})
+	list, err := tc.CoreV1().Pods(ns+"-src").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recreated := 0
+	for _, p := range list.Items {
+		if before, ok := targetUIDs[p.Labels[kube.LabelOriginUID]]; ok && before != string(p.UID) {
+			recreated++
+		}
+	}
+	if recreated > 0 {
+		t.Errorf("%d of the %d target pods made before the kill were re-created", recreated, len(targetUIDs))
+	}
+}
