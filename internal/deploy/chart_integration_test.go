@@ -105,8 +105,9 @@ func hostAddress(t *testing.T) string {
 	return ""
 }
 
-// The chart lints, and renders what its values say: a replica count it cannot
-// honour and a bad node name are refused with a message naming the value.
+// The chart lints, and renders what its values say: replicas share the node by
+// leader election; no replica at all and a bad node name are refused with a
+// message naming the value.
 func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	helm := helmRunner(t)
 	chart := chartDir(t)
@@ -114,7 +115,7 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, tc := range []struct{ set, want string }{
-		{"replicas=2", "replicas: one process per node"},
+		{"replicas=0", "replicas: at least 1"},
 		{"nodeName=Not_A_Name", `nodeName "Not_A_Name" is not a valid node name`},
 	} {
 		out, err := helm("template", "vk", chart, "--set", tc.set)
@@ -122,7 +123,16 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 			t.Errorf("--set %s: %v, output %q; want an error saying %q", tc.set, err, out, tc.want)
 		}
 	}
-	out, err := helm("template", "vk", chart, "--set", "metrics.podMonitor.enabled=true,nodeName=n1")
+	out, err := helm("template", "vk", chart, "--set", "replicas=3,nodeName=n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"replicas: 3", "- --leader-elect", "kind: Role", `resourceNames: ["vkubelet-n1"]`, "type: RollingUpdate"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with replicas=3 the chart has no %q", want)
+		}
+	}
+	out, err = helm("template", "vk", chart, "--set", "metrics.podMonitor.enabled=true,nodeName=n1")
 	if err != nil {
 		t.Fatal(err)
 	}
