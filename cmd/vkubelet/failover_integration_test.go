@@ -109,7 +109,7 @@ func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
 		}
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d", i)},
-			Spec: corev1.PodSpec{NodeName: nodes[i%2], Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			Spec:       corev1.PodSpec{NodeName: nodes[i%2], Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
