@@ -496,6 +496,59 @@ func TestRestartFindsSandboxes(t *testing.T) {
 	}
 }
 
+// A container created but not started when the node process died (killed between
+// CreateContainer and StartContainer) is started by the next process, as the same
+// container and without a restart. Before, the pod stayed in ContainerCreating.
+func TestAContainerCreatedButNotStartedBeforeARestartIsStarted(t *testing.T) {
+	needRuntime(t)
+	cfg := testConfig(t)
+	ctx := context.Background()
+	first, err := New(ctx, cfg, nodeName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := busyboxPod("half-started", sleepForever)
+	if err := first.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	before := waitRunningReady(t, first, pod)
+	first.Close()
+
+	// Put the runtime where a crash would have left it: the pod's container
+	// created and never started.
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	old := strings.TrimPrefix(before.ContainerStatuses[0].ContainerID, "containerd://")
+	if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: old}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: old}); err != nil {
+		t.Fatal(err)
+	}
+	ccfg, err := first.containerConfig(pod, &pod.Spec.Containers[0], nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs := sandboxes(t)
+	if len(sbs) != 1 {
+		t.Fatalf("%d sandboxes", len(sbs))
+	}
+	created, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sbs[0].Id, Config: ccfg, SandboxConfig: first.sandboxConfig(pod)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second, _ := newProvider(t, cfg)
+	after := waitRunningReady(t, second, pod)
+	if got := after.ContainerStatuses[0]; got.ContainerID != "containerd://"+created.ContainerId || got.RestartCount != 0 {
+		t.Errorf("after the restart: container %s with %d restarts, want the created one %s with none", got.ContainerID, got.RestartCount, created.ContainerId)
+	}
+}
+
 // Images of a private repository pull with the pod's credentials, and not without.
 func TestPullSecrets(t *testing.T) {
 	needRuntime(t)

@@ -378,7 +378,9 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 				started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 			}
 			return started
-		default: // created or unknown: give it time, it is being started
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
+			return p.startCreated(ctx, rec, c, st) || started
+		default: // unknown: the runtime has not decided yet
 			return started
 		}
 	}
@@ -398,9 +400,44 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(policy, st.cur.ExitCode):
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
+			started = p.startCreated(ctx, rec, c, st) || started
 		}
 	}
 	return started
+}
+
+// startCreated starts a container that was created but never started: one whose
+// creator died between CreateContainer and StartContainer (the node process was
+// killed), since a pod's containers are created and started by one worker, in one
+// go. Started now it keeps its attempt number: it never ran, so it is no restart.
+// The dead process's own StartContainer may still be under way in the runtime
+// ("already in starting state"): until the call's timeout has passed since the
+// container was created, a failed start is tried again a second later. After
+// that a container that will not start is removed, and the next sync creates it
+// again.
+func (p *Provider) startCreated(ctx context.Context, rec *podRecord, c *corev1.Container, st *ctrState) bool {
+	now := time.Now()
+	if now.Before(st.retryAt) {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	if _, err := p.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: st.cur.Id}); err != nil {
+		if now.Sub(time.Unix(0, st.cur.CreatedAt)) < rpcTimeout {
+			st.retryAt = now.Add(time.Second)
+			p.log.Debug("a container created before a restart does not start yet", "pod", rec.key, "container", c.Name, "err", err)
+			return false
+		}
+		_, _ = p.runtime.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: st.cur.Id})
+		st.waitReason, st.waitMessage = "RunContainerError", err.Error()
+		st.backoff = p.nextBackoff(st.backoff)
+		st.retryAt = time.Now().Add(st.backoff)
+		p.log.Warn("starting a container created before a restart", "pod", rec.key, "container", c.Name, "err", err)
+		return false
+	}
+	p.log.Info("started a container that was created but not started before a restart", "pod", rec.key, "container", c.Name, "id", st.cur.Id)
+	return true
 }
 
 func isSidecar(c *corev1.Container) bool {
