@@ -105,6 +105,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
+	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
@@ -174,6 +175,16 @@ func printResult(out io.Writer, r *bench.Result) {
 			return fmt.Sprintf("%.1f MiB (%.2f KiB per pod)", n.HeapGrowthMiB, 1024*n.HeapGrowthMiB/float64(r.Pods))
 		})
 	row("CPU", none, func(n *bench.NodeResult) string { return fmt.Sprintf("%.1f s", n.CPUSeconds) })
+	if r.IdleMaxMinuteWritesPerS > 0 || len(r.IdleWritesPerS) > 0 {
+		row("idle API writes/s: mean / busiest minute", none,
+			func(n *bench.NodeResult) string {
+				total := 0.0
+				for _, v := range n.IdleWritesPerS {
+					total += v
+				}
+				return fmt.Sprintf("%.2f / %.2f", total, n.IdleMaxMinuteWritesPerS)
+			})
+	}
 	row("delete pods/s", fmt.Sprintf("%.1f", r.CeilingDeletePodsPerS),
 		func(n *bench.NodeResult) string {
 			return fmt.Sprintf("%.1f (p99 %.0f ms)", n.DeletePodsPerS, n.DeleteP99ms)
@@ -181,17 +192,26 @@ func printResult(out io.Writer, r *bench.Result) {
 	w.Flush()
 
 	for _, c := range nodes {
-		kinds := make([]string, 0, len(c.n.WritesByKind))
-		for k := range c.n.WritesByKind {
-			kinds = append(kinds, k)
+		fmt.Fprintf(out, "\n%s writes per pod start (counted by %s): %s", c.name, c.n.WritesCountedBy, byKind(c.n.WritesByKind, "%.3f"))
+		if len(c.n.IdleWritesPerS) > 0 {
+			fmt.Fprintf(out, "\n%s idle writes/s: %s", c.name, byKind(c.n.IdleWritesPerS, "%.3f"))
 		}
-		sort.Strings(kinds)
-		for i, k := range kinds {
-			kinds[i] = fmt.Sprintf("%s %.3f", k, c.n.WritesByKind[k])
-		}
-		fmt.Fprintf(out, "\n%s writes per pod start (counted by %s): %s", c.name, c.n.WritesCountedBy, strings.Join(kinds, ", "))
 	}
 	fmt.Fprintln(out)
+}
+
+// byKind lists a figure per kind of write, sorted by kind: "PATCH pods/status
+// 1.000, POST leases 0.001".
+func byKind(m map[string]float64, format string) string {
+	kinds := make([]string, 0, len(m))
+	for k := range m {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for i, k := range kinds {
+		kinds[i] = fmt.Sprintf("%s "+format, k, m[k])
+	}
+	return strings.Join(kinds, ", ")
 }
 
 // benchOnce runs the benchmark once against kubeconfig or, without one, against a

@@ -50,7 +50,12 @@ type Config struct {
 	// its configuration file of stages.
 	KwokBinary string
 	KwokStages string
-	Log        io.Writer
+	// Idle, if set, is how long each node's pods run untouched once all are
+	// Running, its API writes counted meanwhile: the steady cost of an idle
+	// node, leases and token refreshes (which start 15% into a token's lifetime,
+	// 9 minutes for the admission plugin's one-hour tokens).
+	Idle time.Duration
+	Log  io.Writer
 }
 
 // Result holds the figures of one run. JSON names are the documented fields; the
@@ -105,6 +110,10 @@ type NodeResult struct {
 	DeleteP99ms    float64 `json:"delete_p99_ms"`
 	CreateSeconds  float64 `json:"create_s"`
 	DeleteSeconds  float64 `json:"delete_s"`
+	// With Config.Idle: the node's API writes per second by kind over the idle
+	// time, and the highest total of any one minute of it.
+	IdleWritesPerS          map[string]float64 `json:"idle_writes_per_s,omitempty"`
+	IdleMaxMinuteWritesPerS float64            `json:"idle_max_minute_writes_per_s,omitempty"`
 }
 
 // Run measures the ceiling, then kwok if asked, then the node agent, then the
@@ -256,6 +265,11 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 		return nil, n.failed(err)
 	}
 	r.HeapGrowthMiB = usedHeap - idleHeap
+	if cfg.Idle > 0 {
+		if r.IdleWritesPerS, r.IdleMaxMinuteWritesPerS, err = idleWrites(ctx, n, cfg.Idle, cfg.Log); err != nil {
+			return nil, n.failed(err)
+		}
+	}
 
 	fmt.Fprintf(cfg.Log, "bench: %s: deleting %d pods\n", n.kind, cfg.Pods)
 	deleteStart := time.Now()
@@ -273,6 +287,45 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	r.PeakRSSMiB, r.CPUSeconds = final.peakMiB, final.cpuSeconds-idle.cpuSeconds
 	fmt.Fprintf(cfg.Log, "bench: %s: %.1f pods/s, delete %.1f pods/s\n", n.kind, r.PodsPerS, r.DeletePodsPerS)
 	return r, nil
+}
+
+// idleWrites lets the node's pods run untouched for d and returns its API writes
+// per second by kind over that time, and the highest total rate of any minute.
+func idleWrites(ctx context.Context, n *node, d time.Duration, log io.Writer) (map[string]float64, float64, error) {
+	start, err := n.writes(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	fmt.Fprintf(log, "bench: %s: pods left running for %s, API writes counted every minute\n", n.kind, d)
+	prev, maxMinute := start, 0.0
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		step := min(time.Minute, time.Until(end))
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(step):
+		}
+		cur, err := n.writes(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		total := 0.0
+		for k, v := range cur {
+			total += v - prev[k]
+		}
+		if step >= 30*time.Second {
+			maxMinute = max(maxMinute, total/step.Seconds())
+		}
+		fmt.Fprintf(log, "bench: %s: idle: %.2f writes/s\n", n.kind, total/step.Seconds())
+		prev = cur
+	}
+	perS := map[string]float64{}
+	for k, v := range prev {
+		if w := v - start[k]; w > 0 {
+			perS[k] = w / d.Seconds()
+		}
+	}
+	return perS, maxMinute, nil
 }
 
 // writesPerPod turns two readings of a write counter into writes per pod by kind,

@@ -59,12 +59,11 @@ func medianNode(runs []*NodeResult) NodeResult {
 	out.P90ms = med(func(r *NodeResult) float64 { return r.P90ms })
 	out.P99ms = med(func(r *NodeResult) float64 { return r.P99ms })
 	out.WritesPerPod = med(func(r *NodeResult) float64 { return r.WritesPerPod })
-	out.WritesByKind = map[string]float64{}
-	for _, r := range runs {
-		for k := range r.WritesByKind {
-			out.WritesByKind[k] = med(func(r *NodeResult) float64 { return r.WritesByKind[k] })
-		}
+	out.WritesByKind = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.WritesByKind })
+	if out.IdleWritesPerS != nil {
+		out.IdleWritesPerS = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.IdleWritesPerS })
 	}
+	out.IdleMaxMinuteWritesPerS = med(func(r *NodeResult) float64 { return r.IdleMaxMinuteWritesPerS })
 	out.IdleRSSMiB = med(func(r *NodeResult) float64 { return r.IdleRSSMiB })
 	out.PeakRSSMiB = med(func(r *NodeResult) float64 { return r.PeakRSSMiB })
 	out.RSSGrowthMiB = med(func(r *NodeResult) float64 { return r.RSSGrowthMiB })
@@ -74,6 +73,22 @@ func medianNode(runs []*NodeResult) NodeResult {
 	out.DeleteP99ms = med(func(r *NodeResult) float64 { return r.DeleteP99ms })
 	out.CreateSeconds = med(func(r *NodeResult) float64 { return r.CreateSeconds })
 	out.DeleteSeconds = med(func(r *NodeResult) float64 { return r.DeleteSeconds })
+	return out
+}
+
+// medianByKind is the median of a per-kind figure over runs, kind by kind (a kind a
+// run lacks counts as 0 there).
+func medianByKind(runs []*NodeResult, get func(*NodeResult) map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range runs {
+		for k := range get(r) {
+			v := make([]float64, len(runs))
+			for i, r := range runs {
+				v[i] = get(r)[k]
+			}
+			out[k] = median(v)
+		}
+	}
 	return out
 }
 
