@@ -86,3 +86,6 @@ func IsInvalidInput(err error) bool { return errors.Is(err, ErrInvalidInput) }
 
 // IsNotImplemented reports whether err is of class ErrNotImplemented.
 func IsNotImplemented(err error) bool { return errors.Is(err, ErrNotImplemented) }
+
+// IsUnavailable reports whether err is of class ErrUnavailable.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }

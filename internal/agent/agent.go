@@ -253,6 +253,17 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	return n, nil
 }
 
+// closeProvider releases what a provider holds (connections, workers) once its
+// node has stopped; the pods it runs go on running.
+func closeProvider(p any) {
+	switch c := p.(type) {
+	case interface{ Close() error }:
+		_ = c.Close()
+	case interface{ Close() }:
+		c.Close()
+	}
+}
+
 // Client is the node's API client.
 func (n *Node) Client() kubernetes.Interface { return n.client }
 
@@ -263,6 +274,7 @@ func (n *Node) Provider() any { return n.provider }
 // registered and the pod controller has reconciled with the provider. A node that is
 // not ready within StartupTimeout (if set) is an error.
 func (n *Node) Run(ctx context.Context, ready func()) error {
+	defer closeProvider(n.provider) // last: once nothing calls it any more
 	defer n.stopCerts()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

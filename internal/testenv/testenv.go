@@ -18,9 +18,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +32,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 )
@@ -166,4 +170,42 @@ func Exec(t testing.TB, ns, pod, container string, cmd ...string) (string, error
 	defer cancel()
 	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
 	return out.String(), err
+}
+
+// PortForward forwards a free local port on 127.0.0.1 to port of a pod through
+// the API server, as `kubectl port-forward` does, and returns the local port and
+// a function that ends the forwarding.
+func PortForward(t testing.TB, ns, pod string, port int) (local int, stop func()) {
+	t.Helper()
+	cp := ControlPlane(t)
+	c, err := kubernetes.NewForConfig(cp.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, upgrader, err := spdy.RoundTripperFor(cp.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u)
+	stopCh, readyCh := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stopCh, readyCh, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	select {
+	case <-readyCh:
+	case err := <-done:
+		t.Fatalf("port-forward to %s/%s:%d: %v", ns, pod, port, err)
+	}
+	ports, err := fw.GetPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(stopCh); <-done }) }
+	t.Cleanup(stop)
+	return int(ports[0].Local), stop
 }

@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/portforward"
-	"k8s.io/client-go/transport/spdy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
@@ -110,25 +108,8 @@ func TestPodThroughTheAPI(t *testing.T) {
 	}
 
 	// kubectl port-forward to the httpd of the pod
-	tr, upgrader, err := spdy.RoundTripperFor(testenv.ControlPlane(t).RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pfURL := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name("web").SubResource("portforward").URL()
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, pfURL)
-	stop, readyCh := make(chan struct{}), make(chan struct{})
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, readyCh, io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fwDone := make(chan error, 1)
-	go func() { fwDone <- fw.ForwardPorts() }()
-	<-readyCh
-	ports, err := fw.GetPorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/index.html", ports[0].Local))
+	local, stopForwarding := testenv.PortForward(t, ns, "web", 8080)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/index.html", local))
 	if err != nil {
 		t.Errorf("GET through port-forward: %v", err)
 	} else {
@@ -138,8 +119,7 @@ func TestPodThroughTheAPI(t *testing.T) {
 			t.Errorf("GET through port-forward = %d %q", resp.StatusCode, body)
 		}
 	}
-	close(stop)
-	<-fwDone
+	stopForwarding()
 
 	start := time.Now()
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
