@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests proto
 
 all: build
 
@@ -31,6 +31,17 @@ manifests: controlplane
 	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
 	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
 	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system; } > deploy/vkubelet.yaml
+
+# The provider protocol's generated Go code (checked in): protoc from Debian's
+# protobuf-compiler, the Go plugins pinned here.
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+proto:
+	@command -v protoc >/dev/null || { echo "make proto: protoc is needed (apt-get install protobuf-compiler)"; exit 1; }
+	GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH=$(CURDIR)/$(BIN)/tools:$$PATH protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative providers/remote/api/v1alpha1/provider.proto
 
 # Builds (first time, several minutes) or finds the cached control-plane binaries,
 # and links kubectl into bin/ for convenience.

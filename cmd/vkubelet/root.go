@@ -174,7 +174,7 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		RunE:         f.run,
 	}
 	f.register(cmd.Flags())
-	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand())
+	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand())
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
+	"github.com/vkubelet/vkubelet/providers/remote"
 )
 
 // InitConfig is what a provider constructor gets from the command line.
@@ -48,6 +49,13 @@ var registry = map[string]Constructor{
 			opts = append(opts, kube.WithHostIP(cfg.InternalIP))
 		}
 		return kube.New(ctx, kc, cfg.NodeName, opts...)
+	},
+	"remote": func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
+		rc, err := remote.LoadConfig(cfg.ConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		return remote.New(ctx, rc, cfg.NodeName, cfg.Logger)
 	},
 	"mock": func(_ context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
 		mc, err := mock.LoadConfig(cfg.ConfigPath)

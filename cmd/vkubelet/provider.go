@@ -1,0 +1,116 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/vkubelet/vkubelet/internal/providers"
+	"github.com/vkubelet/vkubelet/providers/remote"
+)
+
+func newProviderCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "provider",
+		Short: "Run a provider as a process of its own, behind the provider protocol",
+	}
+	var (
+		name, config, node, listen, logLevel string
+		certFile, keyFile, clientCA          string
+	)
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve an in-process provider (mock, cri, kube, …) over vkubelet's provider protocol, for a node run with --provider remote",
+		Long: `serve runs one provider and serves it over vkubelet's provider protocol (gRPC,
+docs/PROVIDERS.md) on a unix socket or a TCP port, for a node agent started with
+--provider remote. The provider keeps running while the node agent restarts, and
+the other way round; a node whose provider is away goes NotReady and loses
+nothing. It stops on SIGINT or SIGTERM.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), logLevel, "text")
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			p, err := providers.New(ctx, name, providers.InitConfig{NodeName: node, ConfigPath: config, Logger: log})
+			if err != nil {
+				return err
+			}
+			l, creds, err := providerListener(listen, certFile, keyFile, clientCA)
+			if err != nil {
+				return err
+			}
+			log.Info("serving the provider", "provider", name, "node", node, "listen", listen, "tls", creds != nil)
+			srv := remote.NewServer(ctx, p, name, log)
+			return srv.Serve(ctx, l, remote.ServeOptions{TLS: creds})
+		},
+	}
+	f := serve.Flags()
+	f.StringVar(&name, "provider", "mock", "the provider to serve: "+strings.Join(providers.Names(), ", "))
+	f.StringVar(&config, "provider-config", "", "its configuration file")
+	f.StringVar(&node, "nodename", "vkubelet", "the node the provider runs pods for")
+	f.StringVar(&listen, "listen", "", "unix:///path/to.sock, or host:port (TCP; give --tls-cert-file unless on loopback)")
+	f.StringVar(&certFile, "tls-cert-file", "", "serving certificate for TCP")
+	f.StringVar(&keyFile, "tls-private-key-file", "", "its key")
+	f.StringVar(&clientCA, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.AddCommand(serve)
+	return cmd
+}
+
+// providerListener opens the serve address: a unix socket only the user may use,
+// or a TCP port, with TLS from the files given. Plain TCP is for loopback only.
+func providerListener(listen, certFile, keyFile, clientCA string) (net.Listener, credentials.TransportCredentials, error) {
+	if listen == "" {
+		return nil, nil, errors.New("--listen is required")
+	}
+	if path, ok := strings.CutPrefix(listen, "unix://"); ok {
+		_ = os.Remove(path) // a socket left by an earlier run
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			l.Close()
+			return nil, nil, err
+		}
+		return l, nil, nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--listen %q: want unix:///path or host:port", listen)
+	}
+	var creds credentials.TransportCredentials
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		if clientCA != "" {
+			pem, err := os.ReadFile(clientCA)
+			if err != nil {
+				return nil, nil, err
+			}
+			tc.ClientCAs = x509.NewCertPool()
+			if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("no certificate in %s", clientCA)
+			}
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		creds = credentials.NewTLS(tc)
+	} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, nil, fmt.Errorf("--listen %s: plain TCP only on loopback; give --tls-cert-file and --tls-private-key-file", listen)
+	}
+	l, err := net.Listen("tcp", listen)
+	return l, creds, err
+}

@@ -1,0 +1,452 @@
+// Package remote is vkubelet's provider protocol (api/v1alpha1/provider.proto):
+// the provider contract of package provider over gRPC, so that a provider runs as
+// a process of its own, written in any language.
+//
+// Client is `--provider remote`, the node agent's end: a provider.PodLifecycleHandler
+// whose calls go to an endpoint (a unix socket, or TCP with TLS). Server is the
+// other end around any in-process provider (`vkubelet provider serve`), and the
+// package a Go provider author uses to serve. docs/PROVIDERS.md is the reference.
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
+	pb "github.com/vkubelet/vkubelet/providers/remote/api/v1alpha1"
+)
+
+// Config is the JSON configuration of `--provider remote`.
+type Config struct {
+	// Endpoint is unix:///path/to.sock or host:port.
+	Endpoint string `json:"endpoint"`
+	// TLS, for a TCP endpoint: the CA of the provider's certificate, and a client
+	// certificate for mutual TLS.
+	TLS *TLSConfig `json:"tls,omitempty"`
+	// Timeout bounds each call but the streams. Default 30s.
+	Timeout providerutil.Duration `json:"timeout,omitzero"`
+	// PollInterval is how often the statuses of a provider that does not notify are
+	// read, all in one call. Default 5s.
+	PollInterval providerutil.Duration `json:"pollInterval,omitzero"`
+}
+
+// TLSConfig secures a TCP endpoint.
+type TLSConfig struct {
+	CAFile     string `json:"caFile,omitempty"`
+	CertFile   string `json:"certFile,omitempty"`
+	KeyFile    string `json:"keyFile,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// LoadConfig reads a Config from a JSON file, strictly.
+func LoadConfig(path string) (Config, error) {
+	var cfg Config
+	if path == "" {
+		return cfg, errors.New("remote provider: --provider-config must name the endpoint")
+	}
+	if err := providerutil.DecodeJSONFile(path, &cfg); err != nil {
+		return cfg, fmt.Errorf("remote provider config: %w", err)
+	}
+	if cfg.Endpoint == "" {
+		return cfg, fmt.Errorf("remote provider config %s: endpoint is required", path)
+	}
+	if cfg.Timeout.Duration <= 0 {
+		cfg.Timeout.Duration = 30 * time.Second
+	}
+	if cfg.PollInterval.Duration <= 0 {
+		cfg.PollInterval.Duration = 5 * time.Second
+	}
+	return cfg, nil
+}
+
+// Client is a provider at the other end of a connection.
+type Client struct {
+	cfg  Config
+	conn *grpc.ClientConn
+	api  pb.ProviderClient
+	node string
+	log  *slog.Logger
+	// capabilities, asked once and again whenever the provider comes back
+	capsV atomic.Pointer[pb.CapabilitiesResponse]
+	enc   pb.Encoding
+}
+
+// New connects to the provider of cfg and asks for its capabilities, waiting up
+// to cfg.Timeout for it to answer.
+func New(ctx context.Context, cfg Config, nodeName string, log *slog.Logger) (*Client, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	creds := insecure.NewCredentials()
+	target := cfg.Endpoint
+	if cfg.TLS != nil {
+		if strings.HasPrefix(target, "unix://") {
+			return nil, errors.New("remote provider: TLS is for TCP endpoints")
+		}
+		tc, err := clientTLS(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	if !strings.Contains(target, "://") {
+		target = "passthrough:///" + target
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("remote provider %s: %w", cfg.Endpoint, err)
+	}
+	c := &Client{cfg: cfg, conn: conn, api: pb.NewProviderClient(conn), node: nodeName, log: log.With("provider", "remote", "endpoint", cfg.Endpoint)}
+	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout.Duration)
+	defer cancel()
+	if err := c.refreshCaps(cctx, grpc.WaitForReady(true)); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("remote provider %s: %w", cfg.Endpoint, err)
+	}
+	caps := c.caps()
+	c.log.Info("connected", "name", caps.GetProviderName(), "encoding", caps.GetEncoding().String())
+	return c, nil
+}
+
+func clientTLS(t *TLSConfig) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("remote provider: no certificate in %s", t.CAFile)
+		}
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+func (c *Client) refreshCaps(ctx context.Context, opts ...grpc.CallOption) error {
+	caps, err := c.api.Capabilities(ctx, &pb.CapabilitiesRequest{ProtocolVersion: ProtocolVersion, NodeName: c.node}, opts...)
+	if err != nil {
+		return fromStatus(err)
+	}
+	c.capsV.Store(caps)
+	return nil
+}
+
+func (c *Client) caps() *pb.CapabilitiesResponse { return c.capsV.Load() }
+
+func (c *Client) encoding() pb.Encoding {
+	if c.caps().GetEncoding() == pb.Encoding_ENCODING_PROTOBUF {
+		return pb.Encoding_ENCODING_PROTOBUF
+	}
+	return pb.Encoding_ENCODING_JSON
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// call bounds a unary call by the configured timeout.
+func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.Timeout.Duration)
+}
+
+func (c *Client) send(ctx context.Context, rp *provider.ResolvedPod, rpc func(context.Context, *pb.PodRequest, ...grpc.CallOption) (*pb.Empty, error)) error {
+	req, err := podRequest(c.encoding(), rp)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err = rpc(ctx, req)
+	return fromStatus(err)
+}
+
+// CreateResolvedPod sends the pod with everything resolved.
+func (c *Client) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	return c.send(ctx, rp, c.api.CreatePod)
+}
+
+// UpdateResolvedPod sends the pod's new version.
+func (c *Client) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	return c.send(ctx, rp, c.api.UpdatePod)
+}
+
+// CreatePod is never called by the controller (the client takes resolved pods);
+// it sends the pod without resolution.
+func (c *Client) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return c.CreateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
+}
+
+// UpdatePod: as CreatePod.
+func (c *Client) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	return c.UpdateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
+}
+
+// DeletePod asks the provider to stop the pod.
+func (c *Client) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	return c.send(ctx, &provider.ResolvedPod{Pod: pod}, c.api.DeletePod)
+}
+
+// UpdatePodVolumes sends new volume files, if the provider keeps them current.
+func (c *Client) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
+	if !c.caps().GetVolumeUpdater() {
+		return nil // as a provider that is no VolumeUpdater: nothing to do
+	}
+	return c.send(ctx, rp, c.api.UpdatePodVolumes)
+}
+
+// GetPod asks the provider for one pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.GetPod(ctx, &pb.PodRef{Namespace: namespace, Name: name})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	pod := &corev1.Pod{}
+	return pod, decode(c.encoding(), resp.GetPod(), pod)
+}
+
+// GetPodStatus asks the provider for one pod's status.
+func (c *Client) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.GetPodStatus(ctx, &pb.PodRef{Namespace: namespace, Name: name})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	st := &corev1.PodStatus{}
+	return st, decode(c.encoding(), resp.GetStatus(), st)
+}
+
+// GetPods asks the provider for every pod it runs.
+func (c *Client) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.ListPods(ctx, &pb.ListPodsRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]*corev1.Pod, 0, len(resp.GetPods()))
+	for _, data := range resp.GetPods() {
+		pod := &corev1.Pod{}
+		if err := decode(c.encoding(), data, pod); err != nil {
+			return nil, err
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// NotifyPods delivers the provider's pod changes until ctx ends: from its
+// WatchPods stream, opened again whenever it breaks, or, for a provider that does
+// not notify, from reading every pod each PollInterval (one call) and passing on
+// those whose status changed.
+func (c *Client) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
+	go func() {
+		backoff := time.Second
+		for ctx.Err() == nil {
+			var err error
+			if c.caps().GetPodNotifier() {
+				err = c.watchPods(ctx, notify)
+			} else {
+				err = c.pollPods(ctx, notify)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("pod notifications interrupted; resuming", "error", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			// The provider may have come back as another version.
+			cctx, cancel := c.call(ctx)
+			if err := c.refreshCaps(cctx); err == nil {
+				backoff = time.Second
+			}
+			cancel()
+		}
+	}()
+}
+
+func (c *Client) watchPods(ctx context.Context, notify func(*corev1.Pod)) error {
+	stream, err := c.api.WatchPods(ctx, &pb.WatchPodsRequest{})
+	if err != nil {
+		return fromStatus(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return fromStatus(err)
+		}
+		pod := &corev1.Pod{}
+		if err := decode(c.encoding(), m.GetPod(), pod); err != nil {
+			return err
+		}
+		notify(pod)
+	}
+}
+
+func (c *Client) pollPods(ctx context.Context, notify func(*corev1.Pod)) error {
+	last := map[string]string{}
+	tick := time.NewTicker(c.cfg.PollInterval.Duration)
+	defer tick.Stop()
+	for {
+		pods, err := c.GetPods(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			b, _ := json.Marshal(p.Status)
+			key := p.Namespace + "/" + p.Name
+			if last[key] != string(b) {
+				last[key] = string(b)
+				notify(p)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Ping checks the provider: its own Ping if it has one, else that it answers.
+// A provider that is gone fails it, and the node goes NotReady.
+func (c *Client) Ping(ctx context.Context) error {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	if !c.caps().GetNodeProvider() {
+		return c.refreshCaps(ctx)
+	}
+	_, err := c.api.Ping(ctx, &pb.PingRequest{})
+	return fromStatus(err)
+}
+
+// NotifyNodeStatus delivers the provider's node changes, if it reports any.
+func (c *Client) NotifyNodeStatus(ctx context.Context, notify func(*corev1.Node)) {
+	if !c.caps().GetNodeProvider() {
+		return
+	}
+	go func() {
+		var mu sync.Mutex // one notification at a time, in order
+		for ctx.Err() == nil {
+			stream, err := c.api.WatchNodeStatus(ctx, &pb.WatchNodeStatusRequest{})
+			if err == nil {
+				for {
+					m, rerr := stream.Recv()
+					if rerr != nil {
+						break
+					}
+					n := &corev1.Node{}
+					if decode(c.encoding(), m.GetNode(), n) == nil {
+						mu.Lock()
+						notify(n)
+						mu.Unlock()
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+}
+
+// ConfigureNode lets the provider fill in the node (capacity, addresses, …).
+func (c *Client) ConfigureNode(ctx context.Context, node *corev1.Node) {
+	if !c.caps().GetNodeConfigurer() {
+		return
+	}
+	data, err := encode(c.encoding(), node)
+	if err != nil {
+		return
+	}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.ConfigureNode(ctx, &pb.NodeRequest{Node: data})
+	if err != nil {
+		c.log.Warn("the provider did not configure the node", "error", err)
+		return
+	}
+	configured := &corev1.Node{}
+	if err := decode(c.encoding(), resp.GetNode(), configured); err != nil {
+		c.log.Warn("the provider's node", "error", err)
+		return
+	}
+	*node = *configured
+}
+
+// GetStatsSummary asks the provider for the stats summary.
+func (c *Client) GetStatsSummary(ctx context.Context) (*statsv1alpha1.Summary, error) {
+	if !c.caps().GetStats() {
+		return nil, errdefs.NotImplemented("the remote provider reports no stats")
+	}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.GetStatsSummary(ctx, &pb.Empty{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	sum := &statsv1alpha1.Summary{}
+	return sum, json.Unmarshal(resp.GetObject(), sum)
+}
+
+// GetMetricsResource asks the provider for its resource metrics.
+func (c *Client) GetMetricsResource(ctx context.Context) ([]*dto.MetricFamily, error) {
+	if !c.caps().GetMetrics() {
+		return nil, errdefs.NotImplemented("the remote provider reports no resource metrics")
+	}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.GetMetricsResource(ctx, &pb.Empty{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(resp.GetData())))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, name := range slices.Sorted(maps.Keys(fams)) {
+		out = append(out, fams[name])
+	}
+	return out, nil
+}
