@@ -419,7 +419,9 @@ func (c *Client) PortForward(ctx context.Context, namespace, pod string, port in
 			}
 			return m.GetData(), nil
 		},
-		send:    func(b []byte) error { return stream.Send(&pb.PortForwardInput{Input: &pb.PortForwardInput_Data{Data: b}}) },
+		send: func(b []byte) error {
+			return stream.Send(&pb.PortForwardInput{Input: &pb.PortForwardInput_Data{Data: b}})
+		},
 		closeFn: stream.CloseSend,
 	}
 	done := make(chan error, 1)
