@@ -8,12 +8,14 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/vkubelet/vkubelet/internal/providers"
 	"github.com/vkubelet/vkubelet/providers/remote"
+	"github.com/vkubelet/vkubelet/providers/remote/conformance"
 )
 
 func newProviderCommand() *cobra.Command {
@@ -63,7 +65,49 @@ nothing. It stops on SIGINT or SIGTERM.`,
 	f.StringVar(&keyFile, "tls-private-key-file", "", "its key")
 	f.StringVar(&clientCA, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	cmd.AddCommand(serve)
+	cmd.AddCommand(serve, newConformanceCommand())
+	return cmd
+}
+
+func newConformanceCommand() *cobra.Command {
+	var (
+		cfg  conformance.Config
+		tlsc remote.TLSConfig
+	)
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "Run the provider conformance suite against a provider protocol endpoint",
+		Long: `conformance checks, through the provider protocol, what a node agent relies on
+from a provider: capabilities; NOT_FOUND for an unknown pod; a pod created runs,
+is listed with its UID, is not run twice when created again, survives an update;
+its status comes by WatchPods (if claimed); logs, exec and stats (if claimed); a
+new connection finds it (restart reconcile); deleted, it stops within its grace
+period. It runs one pod, in namespace vkubelet-conformance, and removes it.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tlsc != (remote.TLSConfig{}) {
+				cfg.Remote.TLS = &tlsc
+			}
+			cfg.Remote.Timeout.Duration = 30 * time.Second
+			cfg.Log = cmd.OutOrStdout()
+			results, err := conformance.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return conformance.Failed(results)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Remote.Endpoint, "endpoint", "", "unix:///path/to.sock or host:port of the provider")
+	f.StringVar(&tlsc.CAFile, "tls-ca-file", "", "CA of the provider's certificate (TCP)")
+	f.StringVar(&tlsc.CertFile, "tls-cert-file", "", "client certificate, for mutual TLS")
+	f.StringVar(&tlsc.KeyFile, "tls-key-file", "", "its key")
+	f.StringVar(&tlsc.ServerName, "tls-server-name", "", "the name the provider's certificate must carry")
+	f.StringVar(&cfg.NodeName, "nodename", "vkubelet", "the node the provider serves")
+	f.StringVar(&cfg.Image, "image", "busybox", "image of the test pod")
+	f.StringSliceVar(&cfg.Command, "command", nil, "command of the test pod (one that keeps running, for providers of real containers)")
+	f.DurationVar(&cfg.Timeout, "timeout", 2*time.Minute, "how long each wait for the provider may take")
 	return cmd
 }
 

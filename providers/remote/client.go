@@ -165,6 +165,9 @@ func (c *Client) refreshCaps(ctx context.Context, opts ...grpc.CallOption) error
 
 func (c *Client) caps() *pb.CapabilitiesResponse { return c.capsV.Load() }
 
+// Capabilities are the provider's, as it last announced them.
+func (c *Client) Capabilities() *pb.CapabilitiesResponse { return c.caps() }
+
 func (c *Client) encoding() pb.Encoding {
 	if c.caps().GetEncoding() == pb.Encoding_ENCODING_PROTOBUF {
 		return pb.Encoding_ENCODING_PROTOBUF

@@ -1,0 +1,135 @@
+package remote_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
+	"github.com/vkubelet/vkubelet/providers/mock"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
+	"github.com/vkubelet/vkubelet/providers/remote"
+	"github.com/vkubelet/vkubelet/providers/remote/conformance"
+)
+
+// serve serves p on a unix socket until the test ends and returns the endpoint.
+func serve(t *testing.T, p provider.PodLifecycleHandler, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	l, err := net.Listen("unix", filepath.Join(dir, "p.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- remote.NewServer(ctx, p, name, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(ctx, l, remote.ServeOptions{})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return "unix://" + filepath.Join(dir, "p.sock")
+}
+
+func runConformance(t *testing.T, cfg conformance.Config) {
+	t.Helper()
+	var log bytes.Buffer
+	cfg.Log = &log
+	cfg.Remote.Timeout.Duration = 30 * time.Second
+	results, err := conformance.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance of %s:\n%s", cfg.Remote.Endpoint, log.String())
+	if err := conformance.Failed(results); err != nil {
+		t.Error(err)
+	}
+}
+
+// The providers we ship pass the conformance suite over the protocol: the mock,
+// the CRI provider with real containers, and the Python example.
+func TestShippedProvidersPassTheConformanceSuite(t *testing.T) {
+	t.Run("mock", func(t *testing.T) {
+		p, err := mock.New(mock.Config{}, "conformance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "mock")}, NodeName: "conformance"})
+	})
+	t.Run("cri", func(t *testing.T) {
+		env, err := crienv.Start(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Stop()
+		p, err := cri.New(context.Background(), cri.Config{RuntimeEndpoint: env.Socket, RootDir: t.TempDir(),
+			BackoffBase: cri.Duration{Duration: time.Second}, SyncInterval: cri.Duration{Duration: 200 * time.Millisecond}}, "conformance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "cri")}, NodeName: "conformance",
+			Image: env.Busybox, Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}})
+	})
+	t.Run("python", func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "vkcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		sock := filepath.Join(dir, "py.sock")
+		py := exec.Command(debianPython, "../../examples/python-provider/provider.py", "--proto", "api/v1alpha1/provider.proto", "--listen", "unix://"+sock)
+		var out bytes.Buffer
+		py.Stdout, py.Stderr = &out, &out
+		if err := py.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = py.Process.Kill(); _ = py.Wait() }()
+		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: "unix://" + sock}, NodeName: "conformance"})
+		if t.Failed() {
+			t.Logf("python provider:\n%s", strings.TrimSpace(out.String()))
+		}
+	})
+}
+
+// notFoundless loses the NOT_FOUND class of errors, as a careless provider would.
+type notFoundless struct{ *mock.Provider }
+
+func (p notFoundless) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	pod, err := p.Provider.GetPod(ctx, ns, name)
+	if err != nil {
+		return nil, errors.New("something went wrong")
+	}
+	return pod, nil
+}
+
+// The suite fails a provider that breaks the contract, and says which check.
+func TestTheConformanceSuiteFailsABrokenProvider(t *testing.T) {
+	p, err := mock.New(mock.Config{}, "conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := conformance.Run(context.Background(), conformance.Config{
+		Remote: remote.Config{Endpoint: serve(t, notFoundless{p}, "broken"), Timeout: providerutil.Duration{Duration: 10 * time.Second}}, NodeName: "conformance"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conformance.Failed(results); err == nil || !strings.Contains(err.Error(), "an unknown pod is NotFound") {
+		t.Errorf("the suite said %v of a provider without NOT_FOUND", err)
+	}
+}
