@@ -73,13 +73,17 @@ func LoadConfig(path string) (Config, error) {
 	if cfg.Endpoint == "" {
 		return cfg, fmt.Errorf("remote provider config %s: endpoint is required", path)
 	}
+	return cfg.withDefaults(), nil
+}
+
+func (cfg Config) withDefaults() Config {
 	if cfg.Timeout.Duration <= 0 {
 		cfg.Timeout.Duration = 30 * time.Second
 	}
 	if cfg.PollInterval.Duration <= 0 {
 		cfg.PollInterval.Duration = 5 * time.Second
 	}
-	return cfg, nil
+	return cfg
 }
 
 // Client is a provider at the other end of a connection.
@@ -100,6 +104,7 @@ func New(ctx context.Context, cfg Config, nodeName string, log *slog.Logger) (*C
 	if log == nil {
 		log = slog.Default()
 	}
+	cfg = cfg.withDefaults()
 	creds := insecure.NewCredentials()
 	target := cfg.Endpoint
 	if cfg.TLS != nil {

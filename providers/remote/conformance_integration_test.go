@@ -26,7 +26,7 @@ import (
 )
 
 // serve serves p on a unix socket until the test ends and returns the endpoint.
-func serve(t *testing.T, p provider.PodLifecycleHandler, name string) string {
+func serve(t testing.TB, p provider.PodLifecycleHandler, name string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "vkc")
 	if err != nil {
