@@ -11,6 +11,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/providers/interlink"
 	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/remote"
@@ -49,6 +50,13 @@ var registry = map[string]Constructor{
 			opts = append(opts, kube.WithHostIP(cfg.InternalIP))
 		}
 		return kube.New(ctx, kc, cfg.NodeName, opts...)
+	},
+	"interlink": func(_ context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
+		ic, err := interlink.LoadConfig(cfg.ConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		return interlink.New(ic, cfg.NodeName, cfg.Logger)
 	},
 	"remote": func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
 		rc, err := remote.LoadConfig(cfg.ConfigPath)

@@ -1,0 +1,566 @@
+// Package interlink is `--provider interlink`: a virtual node whose pods run
+// through an interLink plugin (a "sidecar": Slurm, HTCondor, Docker, Kubernetes,
+// …), talked to over the plugin's REST API as interLink's own API server talks to
+// it, so that the plugins that exist today work behind vkubelet unchanged.
+//
+//	POST /create   [{pod, container: [{name, configMaps, secrets, projectedvolumemaps, emptyDirs}]}]  →  [{PodUID, PodJID}]
+//	POST /delete   pod                                                                              →  anything 2xx
+//	GET  /status   [pod, …] (in the body)                                                           →  [{name, UID, namespace, JID, containers, initContainers}]
+//	GET  /status   []  (the ping)                                                                   →  2xx
+//	GET  /getLogs  {Namespace, PodUID, PodName, ContainerName, Opts: {Tail, Bytes, Timestamps, Follow, Previous, SinceSeconds, SinceTime}}  →  text
+//
+// Volume files come from vkubelet's resolution: each container gets the
+// ConfigMaps and Secrets its mounts use, with the resolved data, and the files
+// of its projected volumes (service-account token, CA, namespace) as one
+// ConfigMap per volume. The plugin has no list: the pods and their job IDs are
+// kept in a state file, so that a restarted node finds its jobs again instead of
+// submitting them twice. Statuses are polled for all pods in one call.
+package interlink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
+)
+
+// Config is the provider's JSON configuration.
+type Config struct {
+	// URL of the plugin: http(s)://host:port, or unix:///path/to.sock.
+	URL string `json:"url"`
+	// TokenFile holds a bearer token sent with every request; empty: none.
+	TokenFile string `json:"tokenFile,omitempty"`
+	// StateFile keeps the pods and their job IDs across restarts. Required.
+	StateFile string `json:"stateFile"`
+	// PollInterval is how often every pod's status is asked for. Default 5s.
+	PollInterval providerutil.Duration `json:"pollInterval,omitzero"`
+	// Timeout bounds each request but logs that follow. Default 30s.
+	Timeout providerutil.Duration `json:"timeout,omitzero"`
+	// Capacity is the node's (the plugin does not say): cpu, memory, pods.
+	Capacity map[string]string `json:"capacity,omitempty"`
+}
+
+// LoadConfig reads a Config from a JSON file, strictly.
+func LoadConfig(path string) (Config, error) {
+	var cfg Config
+	if path == "" {
+		return cfg, errors.New("interlink provider: --provider-config must name the plugin's url and a stateFile")
+	}
+	if err := providerutil.DecodeJSONFile(path, &cfg); err != nil {
+		return cfg, fmt.Errorf("interlink provider config: %w", err)
+	}
+	if cfg.URL == "" || cfg.StateFile == "" {
+		return cfg, fmt.Errorf("interlink provider config %s: url and stateFile are required", path)
+	}
+	if cfg.PollInterval.Duration <= 0 {
+		cfg.PollInterval.Duration = 5 * time.Second
+	}
+	if cfg.Timeout.Duration <= 0 {
+		cfg.Timeout.Duration = 30 * time.Second
+	}
+	for k, v := range cfg.Capacity {
+		if _, err := resource.ParseQuantity(v); err != nil {
+			return cfg, fmt.Errorf("interlink provider config %s: capacity %s: %w", path, k, err)
+		}
+	}
+	return cfg, nil
+}
+
+// Provider runs pods through an interLink plugin.
+type Provider struct {
+	cfg  Config
+	node string
+	base string // URL prefix of requests
+	http *http.Client
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	pods map[string]*record // by namespace/name
+}
+
+// record is a pod the plugin runs, as kept in the state file.
+type record struct {
+	Pod    *corev1.Pod       `json:"pod"`
+	JID    string            `json:"jid"`
+	Status *corev1.PodStatus `json:"status,omitempty"`
+}
+
+// New reads the state file and returns the provider.
+func New(cfg Config, nodeName string, log *slog.Logger) (*Provider, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &Provider{cfg: cfg, node: nodeName, log: log.With("provider", "interlink"), pods: map[string]*record{},
+		http: &http.Client{}, base: strings.TrimSuffix(cfg.URL, "/")}
+	if path, ok := strings.CutPrefix(cfg.URL, "unix://"); ok {
+		p.base = "http://interlink-plugin"
+		p.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}
+	}
+	b, err := os.ReadFile(cfg.StateFile)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, err
+	default:
+		if err := json.Unmarshal(b, &p.pods); err != nil {
+			return nil, fmt.Errorf("interlink provider: state file %s: %w", cfg.StateFile, err)
+		}
+		p.log.Info("loaded the pods' job IDs", "file", cfg.StateFile, "pods", len(p.pods))
+	}
+	return p, nil
+}
+
+// saveLocked writes the state file; p.mu is held.
+func (p *Provider) saveLocked() error {
+	b, err := json.Marshal(p.pods)
+	if err != nil {
+		return err
+	}
+	tmp := p.cfg.StateFile + ".tmp"
+	if err := os.MkdirAll(filepath.Dir(tmp), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p.cfg.StateFile)
+}
+
+// do sends a request with a JSON body and decodes a JSON answer into out (nil:
+// any 2xx will do).
+func (p *Provider) do(ctx context.Context, method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout.Duration)
+	defer cancel()
+	resp, err := p.request(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("interlink plugin %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func (p *Provider) request(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, p.base+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if p.cfg.TokenFile != "" {
+		tok, err := os.ReadFile(p.cfg.TokenFile) // read each time: tokens are rotated
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return nil, errdefs.Unavailable("interlink plugin %s %s: %v", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		err := fmt.Errorf("interlink plugin %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(msg)))
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return nil, errdefs.AsNotFound(err)
+		case http.StatusBadRequest, http.StatusUnprocessableEntity:
+			return nil, errdefs.AsInvalidInput(err)
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// CreateResolvedPod submits the pod with its containers' volume data.
+func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	k := key(rp.Pod.Namespace, rp.Pod.Name)
+	p.mu.Lock()
+	rec := p.pods[k]
+	p.mu.Unlock()
+	if rec != nil && rec.Pod.UID == rp.Pod.UID {
+		return nil // submitted already (before a restart, say)
+	}
+	var created []createdJob
+	if err := p.do(ctx, http.MethodPost, "/create", []podData{retrievedPod(rp)}, &created); err != nil {
+		return err
+	}
+	jid := ""
+	for _, c := range created {
+		if c.PodUID == string(rp.Pod.UID) {
+			jid = c.PodJID
+		}
+	}
+	pod := rp.Pod.DeepCopy()
+	pending := &corev1.PodStatus{Phase: corev1.PodPending, Reason: "Submitted", Message: "job " + jid}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods[k] = &record{Pod: pod, JID: jid, Status: pending}
+	return p.saveLocked()
+}
+
+// CreatePod submits a pod without resolved data (not called by the controller).
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return p.CreateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
+}
+
+// UpdatePod: interLink plugins cannot change a submitted job.
+func (p *Provider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
+
+// UpdateResolvedPod: as UpdatePod.
+func (p *Provider) UpdateResolvedPod(context.Context, *provider.ResolvedPod) error { return nil }
+
+// DeletePod asks the plugin to delete the job and forgets the pod.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	k := key(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	rec := p.pods[k]
+	p.mu.Unlock()
+	if rec == nil {
+		return errdefs.NotFound("interlink: pod %s not found", k)
+	}
+	if err := p.do(ctx, http.MethodPost, "/delete", rec.Pod, nil); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, k)
+	return p.saveLocked()
+}
+
+// GetPod returns the pod with its last status.
+func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rec := p.pods[key(namespace, name)]
+	if rec == nil {
+		return nil, errdefs.NotFound("interlink: pod %s not found", key(namespace, name))
+	}
+	pod := rec.Pod.DeepCopy()
+	if rec.Status != nil {
+		pod.Status = *rec.Status.DeepCopy()
+	}
+	return pod, nil
+}
+
+// GetPodStatus returns the pod's last polled status.
+func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods returns every pod submitted and not deleted.
+func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(p.pods))
+	for _, rec := range p.pods {
+		pod := rec.Pod.DeepCopy()
+		if rec.Status != nil {
+			pod.Status = *rec.Status.DeepCopy()
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// NotifyPods polls every pod's status in one /status call each PollInterval and
+// passes on those that changed.
+func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
+	go func() {
+		t := time.NewTicker(p.cfg.PollInterval.Duration)
+		defer t.Stop()
+		for {
+			if err := p.poll(ctx, notify); err != nil && ctx.Err() == nil {
+				p.log.Warn("polling the plugin for statuses", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
+	pods, _ := p.GetPods(ctx)
+	if len(pods) == 0 {
+		return nil
+	}
+	var statuses []podStatus
+	if err := p.do(ctx, http.MethodGet, "/status", pods, &statuses); err != nil {
+		return err
+	}
+	for _, st := range statuses {
+		k := key(st.Namespace, st.Name)
+		p.mu.Lock()
+		rec := p.pods[k]
+		var changed *corev1.Pod
+		if rec != nil && string(rec.Pod.UID) == st.UID {
+			next := podPhase(rec.Pod, st, rec.Status)
+			if rec.Status == nil || !equalStatus(rec.Status, next) {
+				rec.Status = next
+				changed = rec.Pod.DeepCopy()
+				changed.Status = *next.DeepCopy()
+			}
+		}
+		p.mu.Unlock()
+		if changed != nil {
+			notify(changed)
+		}
+	}
+	return nil
+}
+
+func equalStatus(a, b *corev1.PodStatus) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// Ping asks /status about no pod, as interLink's API server does.
+func (p *Provider) Ping(ctx context.Context) error {
+	return p.do(ctx, http.MethodGet, "/status", []any{}, nil)
+}
+
+// NotifyNodeStatus: the plugin reports no node changes.
+func (p *Provider) NotifyNodeStatus(context.Context, func(*corev1.Node)) {}
+
+// ConfigureNode sets the configured capacity.
+func (p *Provider) ConfigureNode(_ context.Context, n *corev1.Node) {
+	if len(p.cfg.Capacity) == 0 {
+		return
+	}
+	rl := corev1.ResourceList{}
+	for k, v := range p.cfg.Capacity {
+		if q, err := resource.ParseQuantity(v); err == nil { // LoadConfig checked them
+			rl[corev1.ResourceName(k)] = q
+		}
+	}
+	n.Status.Capacity, n.Status.Allocatable = rl, rl.DeepCopy()
+}
+
+// GetContainerLogs asks /getLogs.
+func (p *Provider) GetContainerLogs(ctx context.Context, namespace, pod, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
+	p.mu.Lock()
+	rec := p.pods[key(namespace, pod)]
+	p.mu.Unlock()
+	if rec == nil {
+		return nil, errdefs.NotFound("interlink: pod %s not found", key(namespace, pod))
+	}
+	req := logRequest{Namespace: namespace, PodUID: string(rec.Pod.UID), PodName: pod, ContainerName: container,
+		Opts: logOptions{Tail: opts.Tail, Bytes: int(opts.LimitBytes), Timestamps: opts.Timestamps, Follow: opts.Follow,
+			Previous: opts.Previous, SinceSeconds: int(opts.SinceSeconds)}}
+	if opts.SinceTime != nil {
+		req.Opts.SinceTime = *opts.SinceTime
+	}
+	if !opts.Follow {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.Timeout.Duration)
+		resp, err := p.request(ctx, http.MethodGet, "/getLogs", req)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return cancelOnClose{resp.Body, cancel}, nil
+	}
+	resp, err := p.request(ctx, http.MethodGet, "/getLogs", req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
+
+// The plugin API's messages.
+
+type podData struct {
+	Pod        corev1.Pod      `json:"pod"`
+	Containers []containerData `json:"container"`
+}
+
+type containerData struct {
+	Name                string             `json:"name"`
+	ConfigMaps          []corev1.ConfigMap `json:"configMaps"`
+	ProjectedVolumeMaps []corev1.ConfigMap `json:"projectedvolumemaps"`
+	Secrets             []corev1.Secret    `json:"secrets"`
+	EmptyDirs           []string           `json:"emptyDirs"`
+}
+
+type createdJob struct {
+	PodUID string `json:"PodUID"`
+	PodJID string `json:"PodJID"`
+}
+
+type podStatus struct {
+	Name           string                   `json:"name"`
+	UID            string                   `json:"UID"`
+	Namespace      string                   `json:"namespace"`
+	JID            string                   `json:"JID"`
+	Containers     []corev1.ContainerStatus `json:"containers"`
+	InitContainers []corev1.ContainerStatus `json:"initContainers"`
+}
+
+type logRequest struct {
+	Namespace     string     `json:"Namespace"`
+	PodUID        string     `json:"PodUID"`
+	PodName       string     `json:"PodName"`
+	ContainerName string     `json:"ContainerName"`
+	Opts          logOptions `json:"Opts"`
+}
+
+type logOptions struct {
+	Tail         int       `json:"Tail"`
+	Bytes        int       `json:"Bytes"`
+	Timestamps   bool      `json:"Timestamps"`
+	Follow       bool      `json:"Follow"`
+	Previous     bool      `json:"Previous"`
+	SinceSeconds int       `json:"SinceSeconds"`
+	SinceTime    time.Time `json:"SinceTime"`
+}
+
+// retrievedPod is the /create entry of a pod: for each container, the
+// ConfigMaps, Secrets and projected volumes its mounts use, with vkubelet's
+// resolved files as their data.
+func retrievedPod(rp *provider.ResolvedPod) podData {
+	out := podData{Pod: *rp.Pod.DeepCopy()}
+	vols := map[string]corev1.Volume{}
+	for _, v := range rp.Pod.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	containers := append(append([]corev1.Container{}, rp.Pod.Spec.InitContainers...), rp.Pod.Spec.Containers...)
+	for _, c := range containers {
+		cd := containerData{Name: c.Name, ConfigMaps: []corev1.ConfigMap{}, ProjectedVolumeMaps: []corev1.ConfigMap{},
+			Secrets: []corev1.Secret{}, EmptyDirs: []string{}}
+		for _, m := range c.VolumeMounts {
+			v, ok := vols[m.Name]
+			if !ok {
+				continue
+			}
+			files := rp.Volumes[v.Name]
+			meta := metav1.ObjectMeta{Name: v.Name, Namespace: rp.Pod.Namespace}
+			switch {
+			case v.ConfigMap != nil:
+				meta.Name = v.ConfigMap.Name
+				cm := corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{}}
+				for _, f := range filesOf(files) {
+					cm.Data[f.Path] = string(f.Data)
+				}
+				cd.ConfigMaps = append(cd.ConfigMaps, cm)
+			case v.Secret != nil:
+				meta.Name = v.Secret.SecretName
+				s := corev1.Secret{ObjectMeta: meta, Data: map[string][]byte{}}
+				for _, f := range filesOf(files) {
+					s.Data[f.Path] = f.Data
+				}
+				cd.Secrets = append(cd.Secrets, s)
+			case v.Projected != nil || v.DownwardAPI != nil:
+				cm := corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{}}
+				for _, f := range filesOf(files) {
+					cm.Data[f.Path] = string(f.Data)
+				}
+				cd.ProjectedVolumeMaps = append(cd.ProjectedVolumeMaps, cm)
+			case v.EmptyDir != nil:
+				cd.EmptyDirs = append(cd.EmptyDirs, v.Name)
+			}
+		}
+		out.Containers = append(out.Containers, cd)
+	}
+	return out
+}
+
+func filesOf(v *provider.VolumeContents) []provider.VolumeFile {
+	if v == nil {
+		return nil
+	}
+	return v.Files
+}
+
+// podPhase is the pod status the plugin's container statuses amount to, as the
+// kubelet derives a phase: Running while a container runs, Succeeded or Failed
+// once all have terminated (by exit codes and the restart policy), Pending before.
+func podPhase(pod *corev1.Pod, st podStatus, prev *corev1.PodStatus) *corev1.PodStatus {
+	out := &corev1.PodStatus{ContainerStatuses: st.Containers, InitContainerStatuses: st.InitContainers, Message: "job " + st.JID}
+	if prev != nil {
+		out.StartTime = prev.StartTime
+	}
+	running, terminated, failed := 0, 0, 0
+	for _, c := range st.Containers {
+		switch {
+		case c.State.Running != nil:
+			running++
+		case c.State.Terminated != nil:
+			terminated++
+			if c.State.Terminated.ExitCode != 0 {
+				failed++
+			}
+		}
+	}
+	n := len(pod.Spec.Containers)
+	switch {
+	case n > 0 && terminated == n && failed == 0:
+		out.Phase = corev1.PodSucceeded
+	case n > 0 && terminated == n:
+		out.Phase = corev1.PodFailed
+	case running > 0:
+		out.Phase = corev1.PodRunning
+	default:
+		out.Phase = corev1.PodPending
+	}
+	if out.Phase != corev1.PodPending && out.StartTime == nil {
+		now := metav1.Now()
+		out.StartTime = &now
+	}
+	ready := corev1.ConditionFalse
+	if out.Phase == corev1.PodRunning && running == n {
+		ready = corev1.ConditionTrue
+		for i := range out.ContainerStatuses {
+			out.ContainerStatuses[i].Ready = out.ContainerStatuses[i].State.Running != nil
+		}
+	}
+	out.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}, {Type: corev1.ContainersReady, Status: ready},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	return out
+}
