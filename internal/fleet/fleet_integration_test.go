@@ -82,7 +82,7 @@ func TestANodeSetRunsItsNodesAndFollowsChangesToIt(t *testing.T) {
 		}
 	}
 	for _, node := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1"} {
-		waitRunning(t, ns, "on-"+node)
+		testenv.WaitPhase(t, ns, "on-"+node, corev1.PodRunning)
 	}
 	alphaPod, err := c.CoreV1().Pods(ns).Get(ctx, "on-fleet-alpha", metav1.GetOptions{})
 	if err != nil {
@@ -128,20 +128,8 @@ func TestANodeSetRunsItsNodesAndFollowsChangesToIt(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "on-fleet-mock-2")
+	testenv.WaitPhase(t, ns, "on-fleet-mock-2", corev1.PodRunning)
 	for _, n := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1", "fleet-mock-2"} {
 		_ = c.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
 	}
-}
-
-func waitRunning(t *testing.T, ns, name string) {
-	t.Helper()
-	c := testenv.Client(t)
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("pod %s: %s", name, p.Status.Phase)
-	})
 }

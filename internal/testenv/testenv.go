@@ -209,3 +209,16 @@ func PortForward(t testing.TB, ns, pod string, port int) (local int, stop func()
 	t.Cleanup(stop)
 	return int(ports[0].Local), stop
 }
+
+// WaitPhase waits up to a minute for the pod to reach phase.
+func WaitPhase(t testing.TB, ns, name string, phase corev1.PodPhase) {
+	t.Helper()
+	c := Client(t)
+	Eventually(t, time.Minute, func() (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == phase, fmt.Sprintf("pod %s/%s: %s %s", ns, name, p.Status.Phase, p.Status.Message)
+	})
+}

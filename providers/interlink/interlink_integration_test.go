@@ -173,7 +173,7 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "hpc-job")
+	testenv.WaitPhase(t, ns, "hpc-job", corev1.PodRunning)
 	pl.mu.Lock()
 	sent, _ := json.Marshal(pl.data[string(pod.UID)])
 	pl.mu.Unlock()
@@ -196,7 +196,7 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 	// A restarted node finds the job in its state file: no second submission.
 	stop()
 	nodetest.Run(t, config())
-	waitRunning(t, ns, "hpc-job")
+	testenv.WaitPhase(t, ns, "hpc-job", corev1.PodRunning)
 	time.Sleep(2 * time.Second) // a few polls and syncs
 	pl.mu.Lock()
 	creates := pl.creates[string(pod.UID)]
@@ -212,16 +212,5 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 		_, err := c.CoreV1().Pods(ns).Get(ctx, "hpc-job", metav1.GetOptions{})
 		left, _ := m.GetPods(ctx)
 		return err != nil && len(left) == 0, fmt.Sprintf("API: %v, plugin: %d pods", err, len(left))
-	})
-}
-
-func waitRunning(t *testing.T, ns, name string) {
-	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-		p, err := testenv.Client(t).CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("%s: %s %s", name, p.Status.Phase, p.Status.Message)
 	})
 }

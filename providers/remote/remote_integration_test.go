@@ -108,7 +108,7 @@ func TestANodeRunsItsPodsInARemoteProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, ns, "far", corev1.PodRunning)
+	testenv.WaitPhase(t, ns, "far", corev1.PodRunning)
 
 	if out, err := testenv.Exec(t, ns, "far", "main", "env"); err != nil || !strings.Contains(out, "GREETING=hello over the protocol") {
 		t.Errorf("exec env: %q, %v", out, err)
@@ -157,7 +157,7 @@ func TestANodeRunsItsPodsInARemoteProvider(t *testing.T) {
 	// It comes back with its state: Ready again, the pod created once.
 	p, _ := serveMock(t, sock, state, node)
 	waitReady(t, node, corev1.ConditionTrue)
-	waitPhase(t, ns, "far", corev1.PodRunning)
+	testenv.WaitPhase(t, ns, "far", corev1.PodRunning)
 	if n := p.CreateCount(created.UID); n != 1 {
 		t.Errorf("the pod was created %d times in the provider", n)
 	}
@@ -169,17 +169,6 @@ func TestANodeRunsItsPodsInARemoteProvider(t *testing.T) {
 		_, err := c.CoreV1().Pods(ns).Get(ctx, "far", metav1.GetOptions{})
 		pods, _ := p.GetPods(ctx)
 		return err != nil && len(pods) == 0, fmt.Sprintf("API: %v; provider: %d pods", err, len(pods))
-	})
-}
-
-func waitPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
-	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-		p, err := testenv.Client(t).CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.Status.Phase == phase, fmt.Sprintf("pod %s: %s", name, p.Status.Phase)
 	})
 }
 

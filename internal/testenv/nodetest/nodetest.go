@@ -55,28 +55,37 @@ func Run(t testing.TB, cfg agent.Config) (n *agent.Node, stop func()) {
 	return n, stop
 }
 
-// MockConfig is the configuration of a test node named name with the mock
-// provider configured by mockCfg, against the package's control plane: quick
-// leases and polls, a self-signed serving certificate, logs discarded.
-func MockConfig(t testing.TB, name string, mockCfg mock.Config) agent.Config {
+// config is a test node's configuration with the provider's configuration
+// providerCfg written as JSON: against the package's control plane, quick leases
+// and polls, logs discarded.
+func config(t testing.TB, name, provider string, providerCfg any) agent.Config {
 	t.Helper()
-	b, err := json.Marshal(mockCfg)
+	b, err := json.Marshal(providerCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(t.TempDir(), "mock.json")
+	cfgPath := filepath.Join(t.TempDir(), provider+".json")
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return agent.Config{
-		NodeName: name, Provider: "mock", ProviderConfig: cfgPath, RESTConfig: testenv.ControlPlane(t).RESTConfig,
-		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10,
-		SelfSignedServingCert: true, CertDir: t.TempDir(),
+		NodeName: name, Provider: provider, ProviderConfig: cfgPath, RESTConfig: testenv.ControlPlane(t).RESTConfig,
+		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 10, CertDir: t.TempDir(),
 		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
 		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
 		KubeAPIQPS: 100, KubeAPIBurst: 200,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+}
+
+// MockConfig is the configuration of a test node named name with the mock
+// provider configured by mockCfg, against the package's control plane: quick
+// leases and polls, a self-signed serving certificate, logs discarded.
+func MockConfig(t testing.TB, name string, mockCfg mock.Config) agent.Config {
+	t.Helper()
+	cfg := config(t, name, "mock", mockCfg)
+	cfg.SelfSignedServingCert = true
+	return cfg
 }
 
 // CRIConfig is the configuration of a test node named name with the CRI provider
@@ -85,26 +94,12 @@ func MockConfig(t testing.TB, name string, mockCfg mock.Config) agent.Config {
 // logs discarded.
 func CRIConfig(t testing.TB, name string, env *crienv.Env) agent.Config {
 	t.Helper()
-	b, err := json.Marshal(cri.Config{
+	cfg := config(t, name, "cri", cri.Config{
 		RuntimeEndpoint: env.Socket,
 		RootDir:         t.TempDir(),
 		BackoffBase:     cri.Duration{Duration: time.Second},
 		SyncInterval:    cri.Duration{Duration: 200 * time.Millisecond},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(t.TempDir(), "cri.json")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return agent.Config{
-		NodeName: name, Provider: "cri", ProviderConfig: cfgPath, RESTConfig: testenv.ControlPlane(t).RESTConfig,
-		InternalIP: "127.0.0.1", KubeletPort: 0, PodSyncWorkers: 4,
-		ApproveServingCSR: true, CertDir: t.TempDir(),
-		StatusPollInterval: time.Second, StartupTimeout: time.Minute,
-		LeaseDuration: 10 * time.Second, RenewInterval: 2 * time.Second,
-		KubeAPIQPS: 100, KubeAPIBurst: 200,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	cfg.PodSyncWorkers, cfg.ApproveServingCSR = 4, true
+	return cfg
 }
