@@ -54,6 +54,11 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, pod, contain
 	if apierrors.IsNotFound(err) {
 		return nil, errdefs.AsNotFound(err)
 	}
+	if apierrors.IsBadRequest(err) {
+		// A container the pod does not have, or options the target refuses:
+		// the caller's mistake (400), not the provider's failure (500).
+		return nil, errdefs.AsInvalidInput(fmt.Errorf("logs of %s/%s: %w", namespace, pod, err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s/%s: %w", namespace, pod, err)
 	}

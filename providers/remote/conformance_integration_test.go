@@ -15,10 +15,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
+	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/remote"
@@ -62,7 +66,8 @@ func runConformance(t *testing.T, cfg conformance.Config) {
 }
 
 // The providers we ship pass the conformance suite over the protocol: the mock,
-// the CRI provider with real containers, and the Python example.
+// the CRI provider with real containers, the kube provider (pods in a cluster),
+// and the Python example.
 func TestShippedProvidersPassTheConformanceSuite(t *testing.T) {
 	t.Run("mock", func(t *testing.T) {
 		p, err := mock.New(mock.Config{}, "conformance")
@@ -85,6 +90,24 @@ func TestShippedProvidersPassTheConformanceSuite(t *testing.T) {
 		defer p.Close()
 		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "cri")}, NodeName: "conformance",
 			Image: env.Busybox, Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}})
+	})
+	t.Run("kube", func(t *testing.T) {
+		// The kube provider's target is the test's cluster itself, where a mock
+		// node (untainted) runs the pods it creates.
+		cp := testenv.ControlPlane(t)
+		worker := nodetest.MockConfig(t, "conformance-worker", mock.Config{})
+		worker.DisableTaint = true
+		worker.SelfSignedServingCert, worker.ApproveServingCSR = false, true // logs and exec through the API server
+		nodetest.Run(t, worker)
+		defer func() {
+			_ = testenv.Client(t).CoreV1().Nodes().Delete(context.Background(), "conformance-worker", metav1.DeleteOptions{})
+		}()
+		p, err := kube.New(context.Background(), kube.Config{Kubeconfig: cp.KubeconfigPath, ClusterID: "conf",
+			PingTimeout: providerutil.Duration{Duration: 5 * time.Second}}, "conformance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "kube")}, NodeName: "conformance"})
 	})
 	t.Run("python", func(t *testing.T) {
 		dir, err := os.MkdirTemp("", "vkcp")

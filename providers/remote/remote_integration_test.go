@@ -25,7 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, controlplane.Config{ControllerManager: true, NodeMonitorGracePeriod: 8 * time.Second})
+	// The scheduler places the kube provider's pods (conformance) on a node.
+	testenv.Main(m, controlplane.Config{Scheduler: true, ControllerManager: true, NodeMonitorGracePeriod: 8 * time.Second})
 }
 
 // serveMock serves a mock provider, whose state lives in stateFile, on a unix
