@@ -154,13 +154,19 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string))
 // and returns what it printed on stdout.
 func Exec(t testing.TB, ns, pod, container string, cmd ...string) (string, error) {
 	t.Helper()
+	return ExecInteractive(t, ns, pod, container, nil, false, cmd...)
+}
+
+// ExecInteractive is Exec with stdin and, with tty, a terminal (`kubectl exec -it`).
+func ExecInteractive(t testing.TB, ns, pod, container string, stdin io.Reader, tty bool, cmd ...string) (string, error) {
+	t.Helper()
 	cp := ControlPlane(t)
 	c, err := kubernetes.NewForConfig(cp.RESTConfig)
 	if err != nil {
 		return "", err
 	}
 	req := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdin: stdin != nil, Stdout: true, TTY: tty}, scheme.ParameterCodec)
 	exec, err := remotecommand.NewSPDYExecutor(cp.RESTConfig, http.MethodPost, req.URL())
 	if err != nil {
 		return "", err
@@ -168,7 +174,7 @@ func Exec(t testing.TB, ns, pod, container string, cmd ...string) (string, error
 	var out strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: tty})
 	return out.String(), err
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,7 +23,11 @@ import (
 	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/interlink"
 	"github.com/vkubelet/vkubelet/providers/mock"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
+	"github.com/vkubelet/vkubelet/providers/remote"
+	"github.com/vkubelet/vkubelet/providers/remote/conformance"
 )
 
 func TestMain(m *testing.M) {
@@ -213,4 +218,47 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 		left, _ := m.GetPods(ctx)
 		return err != nil && len(left) == 0, fmt.Sprintf("API: %v, plugin: %d pods", err, len(left))
 	})
+}
+
+// The interLink provider, served over vkubelet's provider protocol, passes the
+// provider conformance suite with the plugin behind it.
+func TestTheInterLinkProviderPassesTheConformanceSuite(t *testing.T) {
+	m, err := mock.New(mock.Config{}, "conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&plugin{mock: m, token: "t0ken", creates: map[string]int{}, data: map[string]map[string]any{}})
+	defer srv.Close()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0ken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := interlink.New(interlink.Config{URL: srv.URL, TokenFile: filepath.Join(dir, "token"), StateFile: filepath.Join(dir, "state.json"),
+		PollInterval: providerutil.Duration{Duration: 300 * time.Millisecond}, Timeout: providerutil.Duration{Duration: 10 * time.Second}}, "conformance", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "vki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	l, err := net.Listen("unix", filepath.Join(sockDir, "p.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- remote.NewServer(ctx, p, "interlink", nil).Serve(ctx, l, remote.ServeOptions{}) }()
+	defer func() { cancel(); <-done }()
+	var log strings.Builder
+	results, err := conformance.Run(context.Background(), conformance.Config{
+		Remote: remote.Config{Endpoint: "unix://" + filepath.Join(sockDir, "p.sock")}, NodeName: "conformance", Timeout: 30 * time.Second, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance:\n%s", log.String())
+	if err := conformance.Failed(results); err != nil {
+		t.Error(err)
+	}
 }

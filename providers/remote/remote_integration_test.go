@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
@@ -116,6 +118,17 @@ func TestANodeRunsItsPodsInARemoteProvider(t *testing.T) {
 	}
 	if out, err := testenv.Exec(t, ns, "far", "main", "cat", "/etc/config/greeting"); err != nil || out != "hello over the protocol" {
 		t.Errorf("exec cat of the volume file: %q, %v", out, err)
+	}
+
+	// kubectl exec -it: stdin and a terminal across (the mock echoes the command
+	// line, then its stdin); an exit code comes back.
+	out, err := testenv.ExecInteractive(t, ns, "far", "main", strings.NewReader("typed in\n"), true, "cat")
+	if err != nil || !strings.Contains(out, "typed in") {
+		t.Errorf("exec -it: %q, %v", out, err)
+	}
+	var exitErr utilexec.ExitError
+	if _, err := testenv.Exec(t, ns, "far", "main", "sh", "-c", "exit 3"); !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 {
+		t.Errorf("exec of exit 3: %v, want exit status 3", err)
 	}
 
 	// kubectl logs -f: the lines as they come, until we stop reading.
