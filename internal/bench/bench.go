@@ -50,6 +50,10 @@ type Config struct {
 	// its configuration file of stages.
 	KwokBinary string
 	KwokStages string
+	// Remote, if set, also measures the agent with the mock behind the provider
+	// protocol (a provider process on a unix socket), on a third node, after the
+	// agent with the mock in process.
+	Remote bool
 	// Idle, if set, is how long each node's pods run untouched once all are
 	// Running, its API writes counted meanwhile: the steady cost of an idle
 	// node, leases and token refreshes (which start 15% into a token's lifetime,
@@ -75,7 +79,9 @@ type Result struct {
 	// aside: the status write and one TokenRequest per token the pod mounts.
 	CeilingWritesPerPod float64 `json:"ceiling_writes_per_pod"`
 	NodeResult
-	Kwok            *NodeResult `json:"kwok,omitempty"`
+	Kwok *NodeResult `json:"kwok,omitempty"`
+	// Remote holds the agent's figures with the mock behind the provider protocol.
+	Remote          *NodeResult `json:"remote,omitempty"`
 	DurationSeconds float64     `json:"duration_s"`
 	CeilingSeconds  float64     `json:"ceiling_s"`
 	AgentQPS        string      `json:"agent_flags,omitempty"`
@@ -179,6 +185,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.WritesCountedBy = "agent"
 	res.NodeResult = *r
 
+	if cfg.Remote {
+		remote, err := startRemoteAgent(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		r, err := measureNode(ctx, client, cfg, remote, caPEM)
+		remote.stop()
+		if err != nil {
+			return nil, err
+		}
+		r.WritesCountedBy = "agent"
+		res.Remote = r
+	}
+
 	// The API server slows down as etcd's history grows during a run, so the
 	// ceiling is measured again now and the two are averaged: neither the ceiling
 	// nor the nodes get the fresher server.
@@ -194,8 +214,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.CeilingPodsPerS = (res.CeilingBefore + res.CeilingAfter) / 2
 	res.CeilingDeletePodsPerS = (before.deletePodsPerS + after.deletePodsPerS) / 2
 	res.RatioToCeiling = res.PodsPerS / res.CeilingPodsPerS
-	if res.Kwok != nil {
-		res.Kwok.RatioToCeiling = res.Kwok.PodsPerS / res.CeilingPodsPerS
+	for _, other := range []*NodeResult{res.Kwok, res.Remote} {
+		if other != nil {
+			other.RatioToCeiling = other.PodsPerS / res.CeilingPodsPerS
+		}
 	}
 	res.DurationSeconds = time.Since(began).Seconds()
 	return res, nil

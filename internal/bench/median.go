@@ -27,17 +27,25 @@ func Median(runs []*Result) *Result {
 	out.DurationSeconds = med(func(r *Result) float64 { return r.DurationSeconds })
 	out.CeilingSeconds = med(func(r *Result) float64 { return r.CeilingSeconds })
 	nodes := make([]*NodeResult, len(runs))
-	var kwoks []*NodeResult
+	var kwoks, remotes []*NodeResult
 	for i, r := range runs {
 		nodes[i] = &r.NodeResult
 		if r.Kwok != nil {
 			kwoks = append(kwoks, r.Kwok)
 		}
+		if r.Remote != nil {
+			remotes = append(remotes, r.Remote)
+		}
 	}
 	out.NodeResult = medianNode(nodes)
+	out.Kwok, out.Remote = nil, nil
 	if len(kwoks) == len(runs) {
 		k := medianNode(kwoks)
 		out.Kwok = &k
+	}
+	if len(remotes) == len(runs) {
+		r := medianNode(remotes)
+		out.Remote = &r
 	}
 	out.Runs = runs
 	return &out

@@ -20,6 +20,39 @@ var readVerbs = map[string]bool{"GET": true, "LIST": true, "WATCH": true}
 // startAgent runs the node agent (the vkubelet binary, mock provider) as a child
 // process. Its API writes are its own count, vkubelet_api_requests_total.
 func startAgent(ctx context.Context, cfg Config) (*node, error) {
+	return startAgentWith(ctx, cfg, "vkubelet", "bench-node", []string{"--provider", "mock"})
+}
+
+// startRemoteAgent runs the node agent with --provider remote, and the mock behind
+// it in a process of its own (`vkubelet provider serve` on a unix socket): the
+// same node as startAgent's, with the provider protocol between agent and mock.
+func startRemoteAgent(ctx context.Context, cfg Config) (*node, error) {
+	dir, err := os.MkdirTemp("", "vkbr")
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "p.sock")
+	const name = "bench-remote-node"
+	mock, err := startChild(ctx, cfg.Binary, []string{"provider", "serve", "--provider", "mock", "--nodename", name,
+		"--listen", "unix://" + sock, "--log-level", "warn"}, cfg.AgentEnv, dir)
+	if err != nil {
+		return nil, fmt.Errorf("starting the provider: %w", err)
+	}
+	conf := filepath.Join(dir, "remote.json")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`{"endpoint": "unix://%s"}`, sock)), 0o644); err != nil {
+		mock.stop()
+		return nil, err
+	}
+	n, err := startAgentWith(ctx, cfg, "vkubelet-remote", name, []string{"--provider", "remote", "--provider-config", conf})
+	if err != nil {
+		mock.stop()
+		return nil, err
+	}
+	n.cleanup = mock.stop
+	return n, nil
+}
+
+func startAgentWith(ctx context.Context, cfg Config, kind, name string, providerArgs []string) (*node, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -28,10 +61,11 @@ func startAgent(ctx context.Context, cfg Config) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{kind: "vkubelet", name: "bench-node", metricsURL: "http://" + addr}
-	args := append([]string{"--nodename", n.name, "--kubeconfig", cfg.Kubeconfig, "--provider", "mock",
+	n := &node{kind: kind, name: name, metricsURL: "http://" + addr}
+	args := append(append([]string{"--nodename", n.name, "--kubeconfig", cfg.Kubeconfig}, providerArgs...),
 		"--metrics-addr", addr, "--kubelet-port", "0", "--self-signed-serving-cert", "--disable-taint",
-		"--cert-dir", dir, "--log-level", "warn"}, cfg.AgentArgs...)
+		"--cert-dir", dir, "--log-level", "warn")
+	args = append(args, cfg.AgentArgs...)
 	if n.proc, err = startChild(ctx, cfg.Binary, args, cfg.AgentEnv, dir); err != nil {
 		return nil, fmt.Errorf("starting the node agent: %w", err)
 	}
