@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // The kubelet's CPU conversions (pkg/kubelet/cm): shares from requests, a CFS quota
@@ -164,8 +166,8 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: attempt},
 		Image:      &runtimeapi.ImageSpec{Image: c.Image},
-		Command:    expand(c.Command, env),
-		Args:       expand(c.Args, env),
+		Command:    providerutil.ExpandCommand(c.Command, env),
+		Args:       providerutil.ExpandCommand(c.Args, env),
 		WorkingDir: c.WorkingDir,
 		Mounts:     mounts,
 		LogPath:    filepath.Join(c.Name, strconv.Itoa(int(attempt))+".log"),
@@ -286,44 +288,4 @@ func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.M
 		})
 	}
 	return out, nil
-}
-
-// expand replaces $(VAR) in each string with the variable's value from env, as the
-// kubelet does for command and args; $$ is a literal $, unknown references stay.
-func expand(in []string, env []corev1.EnvVar) []string {
-	if in == nil {
-		return nil
-	}
-	vars := map[string]string{}
-	for _, e := range env {
-		vars[e.Name] = e.Value
-	}
-	out := make([]string, len(in))
-	for i, s := range in {
-		var b strings.Builder
-		for j := 0; j < len(s); j++ {
-			if s[j] == '$' && j+1 < len(s) {
-				switch s[j+1] {
-				case '$':
-					b.WriteByte('$')
-					j++
-					continue
-				case '(':
-					if end := strings.IndexByte(s[j+2:], ')'); end >= 0 {
-						name := s[j+2 : j+2+end]
-						if v, ok := vars[name]; ok {
-							b.WriteString(v)
-						} else {
-							b.WriteString(s[j : j+3+end])
-						}
-						j += 2 + end
-						continue
-					}
-				}
-			}
-			b.WriteByte(s[j])
-		}
-		out[i] = b.String()
-	}
-	return out
 }

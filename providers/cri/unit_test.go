@@ -14,30 +14,6 @@ import (
 	"github.com/vkubelet/vkubelet/provider"
 )
 
-func TestLogParserJoinsPartialLinesAndWaitsForIncompleteRecords(t *testing.T) {
-	var lp logParser
-	got := lp.feed([]byte("2026-01-02T03:04:05.000000001Z stdout P hel"))
-	got = append(got, lp.feed([]byte("lo\n2026-01-02T03:04:05.5Z stdout F  world\n2026-01-02T03:04:06Z stderr F second\nnot a log line\n"))...)
-	if len(got) != 2 {
-		t.Fatalf("got %d lines: %v", len(got), got)
-	}
-	if string(got[0].msg) != "hello world\n" || got[0].at != time.Date(2026, 1, 2, 3, 4, 5, 1, time.UTC) {
-		t.Errorf("first line = %q at %s", got[0].msg, got[0].at)
-	}
-	if string(got[1].msg) != "second\n" {
-		t.Errorf("second line = %q", got[1].msg)
-	}
-}
-
-func TestExpandReplacesDefinedVariablesOnly(t *testing.T) {
-	env := []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "two"}}
-	got := expand([]string{"$(A)-$(B)", "$(C)", "$$(A)", "plain $", "$(unclosed"}, env)
-	want := []string{"1-two", "$(C)", "$(A)", "plain $", "$(unclosed"}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("expand = %q, want %q", got, want)
-	}
-}
-
 func TestAuthsForMatchesTheImageRegistry(t *testing.T) {
 	creds := []provider.RegistryCredential{
 		{Registry: "https://index.docker.io/v1/", Username: "hub"},
