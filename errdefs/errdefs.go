@@ -78,6 +78,14 @@ func AsInvalidInput(err error) error {
 	return classify(ErrInvalidInput, err, "%s", err.Error())
 }
 
+// AsUnavailable classifies an existing error as unavailable, keeping it as the cause.
+func AsUnavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return classify(ErrUnavailable, err, "%s", err.Error())
+}
+
 // IsNotFound reports whether err is of class ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 

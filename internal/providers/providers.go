@@ -15,6 +15,7 @@ import (
 	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/remote"
+	"github.com/vkubelet/vkubelet/providers/slurm"
 )
 
 // InitConfig is what a provider constructor gets from the command line.
@@ -57,6 +58,13 @@ var registry = map[string]Constructor{
 			return nil, err
 		}
 		return interlink.New(ic, cfg.NodeName, cfg.Logger)
+	},
+	"slurm": func(_ context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
+		sc, err := slurm.LoadConfig(cfg.ConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		return slurm.New(sc, cfg.NodeName, cfg.Logger)
 	},
 	"remote": func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
 		rc, err := remote.LoadConfig(cfg.ConfigPath)

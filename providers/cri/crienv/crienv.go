@@ -105,6 +105,26 @@ func Start(ctx context.Context) (*Env, error) {
 	return e, nil
 }
 
+// StartRegistry starts only the registry, with the same images, for tests and
+// providers that pull with another runtime (the Slurm provider's podman). Stop
+// ends it and removes the directory.
+func StartRegistry() (*Env, error) {
+	dir, err := os.MkdirTemp("", "crienv-registry-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: dir, done: make(chan error, 1)}
+	if err := e.startRegistry(); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	if err := e.pushImages(); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
 func (e *Env) startRegistry() error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,537 @@
+package slurm
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// Provider runs pods as Slurm jobs.
+type Provider struct {
+	cfg  Config
+	node string
+	cli  *cli
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	pods map[string]*record // by namespace/name
+
+	capMu    sync.Mutex
+	capacity corev1.ResourceList // from sinfo; nil until read
+}
+
+// record is a pod the provider has accepted.
+type record struct {
+	pod      *corev1.Pod
+	dir      string
+	accepted time.Time
+	jobID    string // "" until sbatch answered
+	status   *corev1.PodStatus
+	deleting bool
+	killAt   time.Time // when a deleted pod's job is cancelled outright
+	gone     bool      // its job has ended after a deletion: forgotten at the next poll
+}
+
+// saved is a pod's pod.json: what a restarted provider needs besides the job ID.
+type saved struct {
+	Pod      *corev1.Pod `json:"pod"`
+	Accepted time.Time   `json:"accepted"`
+}
+
+const (
+	podFile   = "pod.json"
+	jobIDFile = "jobid"
+)
+
+// New returns the provider with the pods found under cfg.JobRoot, so that a
+// restarted vkubelet goes on with the jobs it submitted.
+func New(cfg Config, nodeName string, log *slog.Logger) (*Provider, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, fmt.Errorf("slurm provider: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &Provider{cfg: cfg, node: nodeName, cli: newCLI(cfg), log: log.With("provider", "slurm"), pods: map[string]*record{}}
+	if err := os.MkdirAll(cfg.JobRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("slurm provider: job root: %w", err)
+	}
+	entries, err := os.ReadDir(cfg.JobRoot)
+	if err != nil {
+		return nil, fmt.Errorf("slurm provider: job root: %w", err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(cfg.JobRoot, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, podFile))
+		if err != nil {
+			continue // not a pod's directory, or one removed half-way
+		}
+		var s saved
+		if err := json.Unmarshal(b, &s); err != nil || s.Pod == nil {
+			p.log.Warn("ignoring a pod directory that cannot be read", "dir", dir, "error", err)
+			continue
+		}
+		rec := &record{pod: s.Pod, dir: dir, accepted: s.Accepted}
+		if id, err := os.ReadFile(filepath.Join(dir, jobIDFile)); err == nil {
+			rec.jobID = strings.TrimSpace(string(id))
+		}
+		if _, err := os.Stat(filepath.Join(dir, stoppingFile)); err == nil {
+			rec.deleting, rec.killAt = true, time.Now()
+		}
+		p.pods[key(s.Pod.Namespace, s.Pod.Name)] = rec
+	}
+	if len(p.pods) > 0 {
+		p.log.Info("found the pods of an earlier run", "pods", len(p.pods))
+	}
+	return p, nil
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// CreateResolvedPod writes the pod's directory and submits its job, unless a job
+// of that name exists already (submitted before a crash, say).
+func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	pod := rp.Pod
+	k := key(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	rec := p.pods[k]
+	p.mu.Unlock()
+	if rec != nil && rec.pod.UID == pod.UID {
+		if rec.jobID != "" {
+			return nil
+		}
+	} else if rec != nil {
+		return fmt.Errorf("slurm: pod %s: the job of an earlier pod of that name (UID %s) is still being deleted", k, rec.pod.UID)
+	} else {
+		rec = &record{pod: pod.DeepCopy(), dir: podDir(p.cfg.JobRoot, pod), accepted: time.Now()}
+	}
+	script, err := jobScript(rp, scriptOptions{dir: rec.dir, podman: p.cfg.Podman, insecure: p.cfg.InsecureRegistries, createFlags: p.cfg.CreateFlags})
+	if err != nil {
+		return errdefs.InvalidInput("slurm: pod %s: %v", k, err)
+	}
+	flags, err := submitFlags(pod, p.cfg, rec.dir)
+	if err != nil {
+		return errdefs.InvalidInput("slurm: pod %s: %v", k, err)
+	}
+	if err := p.writePodDir(rp, rec, script); err != nil {
+		return fmt.Errorf("slurm: pod %s: %w", k, err)
+	}
+	p.mu.Lock()
+	p.pods[k] = rec
+	p.mu.Unlock()
+
+	id := ""
+	existing, err := p.cli.jobsNamed(ctx, string(pod.UID))
+	if err != nil {
+		return fmt.Errorf("slurm: pod %s: looking for its job: %w", k, err)
+	}
+	if len(existing) > 0 {
+		id = existing[0].ID
+		p.log.Info("found the pod's job, not submitting it again", "pod", k, "job", id)
+	} else if id, err = p.cli.submit(ctx, filepath.Join(rec.dir, scriptFile), flags); err != nil {
+		return fmt.Errorf("slurm: pod %s: %w", k, err)
+	}
+	if err := writeFile(filepath.Join(rec.dir, jobIDFile), []byte(id+"\n"), 0o600); err != nil {
+		return fmt.Errorf("slurm: pod %s: %w", k, err)
+	}
+	p.mu.Lock()
+	rec.jobID = id
+	p.mu.Unlock()
+	p.log.Debug("submitted", "pod", k, "job", id)
+	return nil
+}
+
+// CreatePod submits a pod without resolved data (not called by the controller,
+// which resolves pods for this provider).
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return p.CreateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
+}
+
+// writePodDir writes the pod's directory: volumes, registry credentials, script
+// and pod.json, the last so that a half-written directory is not taken for a pod.
+func (p *Provider) writePodDir(rp *provider.ResolvedPod, rec *record, script string) error {
+	if err := os.MkdirAll(filepath.Join(rec.dir, containerDir), 0o700); err != nil {
+		return err
+	}
+	if err := writeVolumes(rec.dir, rp); err != nil {
+		return err
+	}
+	if len(rp.PullCredentials) > 0 {
+		auths := map[string]map[string]string{}
+		for _, c := range rp.PullCredentials {
+			auth := c.Auth
+			if auth == "" && c.Username != "" {
+				auth = base64.StdEncoding.EncodeToString([]byte(c.Username + ":" + c.Password))
+			}
+			host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(c.Registry, "https://"), "http://"), "/")
+			auths[host] = map[string]string{"auth": auth}
+		}
+		b, _ := json.Marshal(map[string]any{"auths": auths})
+		if err := writeFile(filepath.Join(rec.dir, "auth.json"), b, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := writeFile(filepath.Join(rec.dir, scriptFile), []byte(script), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(saved{Pod: rec.pod, Accepted: rec.accepted})
+	if err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(rec.dir, podFile), b, 0o600)
+}
+
+// writeVolumes materializes the pod's volumes under dir/volumes: the resolved
+// files of ConfigMap, Secret, projected and downwardAPI volumes, and an empty,
+// world-writable directory for each emptyDir (containers may run as any user).
+func writeVolumes(dir string, rp *provider.ResolvedPod) error {
+	for _, v := range rp.Pod.Spec.Volumes {
+		if v.HostPath != nil {
+			continue
+		}
+		vdir := filepath.Join(dir, volumesDir, v.Name)
+		if err := os.MkdirAll(vdir, 0o755); err != nil {
+			return err
+		}
+		if v.EmptyDir != nil {
+			if err := os.Chmod(vdir, 0o777); err != nil {
+				return err
+			}
+		}
+	}
+	for name, contents := range rp.Volumes {
+		for _, f := range contents.Files {
+			path := filepath.Join(dir, volumesDir, name, filepath.Clean("/"+f.Path))
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			mode := os.FileMode(0o644)
+			if f.Mode != 0 {
+				mode = os.FileMode(f.Mode) & 0o777
+			}
+			if err := writeFile(path, f.Data, mode); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeFile replaces path atomically: a container never reads half a file.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil { // whatever the umask
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// UpdatePodVolumes rewrites the pod's volume files in place: the containers see
+// them change through their bind mounts, as with the kubelet.
+func (p *Provider) UpdatePodVolumes(_ context.Context, rp *provider.ResolvedPod) error {
+	p.mu.Lock()
+	rec := p.pods[key(rp.Pod.Namespace, rp.Pod.Name)]
+	p.mu.Unlock()
+	if rec == nil || rec.pod.UID != rp.Pod.UID {
+		return errdefs.NotFound("slurm: pod %s not found", key(rp.Pod.Namespace, rp.Pod.Name))
+	}
+	return writeVolumes(rec.dir, rp)
+}
+
+// UpdatePod: a submitted job keeps its script; labels and annotations are kept
+// for GetPod.
+func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rec := p.pods[key(pod.Namespace, pod.Name)]; rec != nil && rec.pod.UID == pod.UID {
+		rec.pod.Labels, rec.pod.Annotations = pod.Labels, pod.Annotations
+	}
+	return nil
+}
+
+// UpdateResolvedPod: as UpdatePod.
+func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	return p.UpdatePod(ctx, rp.Pod)
+}
+
+// DeletePod stops the pod's job: a pending job leaves the queue at once; a
+// running one gets SIGTERM, upon which its script stops the containers within
+// the grace period, and is cancelled outright once that period is over.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	k := key(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	rec := p.pods[k]
+	if rec == nil {
+		p.mu.Unlock()
+		return errdefs.NotFound("slurm: pod %s not found", k)
+	}
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		grace = *pod.DeletionGracePeriodSeconds
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	first := !rec.deleting
+	if first {
+		rec.deleting, rec.killAt = true, time.Now().Add(time.Duration(grace)*time.Second+5*time.Second)
+	}
+	id, dir, st := rec.jobID, rec.dir, rec.status
+	p.mu.Unlock()
+	if !first {
+		return nil
+	}
+	// The script reads the grace period from the file, and no container restarts
+	// once it exists, even if the signal were lost.
+	if err := writeFile(filepath.Join(dir, stoppingFile), []byte(strconv.FormatInt(grace, 10)), 0o644); err != nil {
+		return fmt.Errorf("slurm: pod %s: %w", k, err)
+	}
+	if id == "" {
+		return nil // the creation in flight finds the stopping file's pod deleted at the next poll
+	}
+	var err error
+	if st == nil || st.Phase == corev1.PodPending && !startedAny(st) {
+		err = p.cli.cancel(ctx, id)
+	} else {
+		err = p.cli.signal(ctx, id, "TERM")
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		p.mu.Lock()
+		rec.deleting = false // try again
+		p.mu.Unlock()
+		return fmt.Errorf("slurm: pod %s: %w", k, err)
+	}
+	return nil
+}
+
+// startedAny tells whether a container of the pod has started.
+func startedAny(st *corev1.PodStatus) bool {
+	for _, cs := range append(append([]corev1.ContainerStatus(nil), st.InitContainerStatuses...), st.ContainerStatuses...) {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Provider) lookup(namespace, name string) (*record, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rec := p.pods[key(namespace, name)]
+	if rec == nil {
+		return nil, errdefs.NotFound("slurm: pod %s not found", key(namespace, name))
+	}
+	return rec, nil
+}
+
+// podOf returns a copy of the record's pod with its last status; p.mu is held.
+func podOf(rec *record) *corev1.Pod {
+	pod := rec.pod.DeepCopy()
+	if rec.status != nil {
+		pod.Status = *rec.status.DeepCopy()
+	} else {
+		pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	}
+	return pod
+}
+
+// GetPod returns the pod with its last status.
+func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rec := p.pods[key(namespace, name)]
+	if rec == nil {
+		return nil, errdefs.NotFound("slurm: pod %s not found", key(namespace, name))
+	}
+	return podOf(rec), nil
+}
+
+// GetPodStatus returns the pod's last status.
+func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods returns every pod the provider has.
+func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(p.pods))
+	for _, rec := range p.pods {
+		out = append(out, podOf(rec))
+	}
+	return out, nil
+}
+
+// NotifyPods polls the jobs' states (one squeue for all) every PollInterval and
+// passes on the pods whose status changed.
+func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
+	go func() {
+		t := time.NewTicker(p.cfg.PollInterval.Duration)
+		defer t.Stop()
+		for {
+			if err := p.poll(ctx, notify); err != nil && ctx.Err() == nil {
+				p.log.Warn("polling Slurm for the jobs' states", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// poll computes every pod's status from squeue and the files its job wrote,
+// cancels the jobs of deleted pods whose grace period is over, and forgets the
+// deleted pods whose job has ended.
+func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
+	p.mu.Lock()
+	recs := make([]*record, 0, len(p.pods))
+	for _, rec := range p.pods {
+		recs = append(recs, rec)
+	}
+	p.mu.Unlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	jobs, err := p.cli.jobs(ctx)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		p.mu.Lock()
+		id, deleting, killAt := rec.jobID, rec.deleting, rec.killAt
+		p.mu.Unlock()
+		j, known := byID[id]
+		view := jobView{ID: id, Known: known, job: j}
+		instances := map[string][]instance{}
+		for _, c := range append(append([]corev1.Container(nil), rec.pod.Spec.InitContainers...), rec.pod.Spec.Containers...) {
+			instances[c.Name] = readInstances(rec.dir, c.Name)
+		}
+		st := podStatus(rec.pod, view, instances, rec.accepted)
+		ended := id != "" && (!known || terminalStates[j.State])
+		if deleting && id != "" && !ended && now.After(killAt) {
+			if err := p.cli.cancel(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+				p.log.Warn("cancelling the job of a deleted pod", "pod", key(rec.pod.Namespace, rec.pod.Name), "job", id, "error", err)
+			}
+		}
+		p.mu.Lock()
+		changed := rec.status == nil || !reflect.DeepEqual(rec.status, st)
+		if changed {
+			rec.status = st
+		}
+		var out *corev1.Pod
+		if changed {
+			out = podOf(rec)
+		}
+		forget := deleting && (ended || id == "") && rec.gone
+		if deleting && (ended || id == "") {
+			rec.gone = true // forgotten at the next poll, once its final status is out
+		}
+		if forget {
+			delete(p.pods, key(rec.pod.Namespace, rec.pod.Name))
+		}
+		p.mu.Unlock()
+		if out != nil {
+			notify(out)
+		}
+		if forget {
+			if err := os.RemoveAll(rec.dir); err != nil {
+				p.log.Warn("removing a deleted pod's directory", "dir", rec.dir, "error", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Ping asks slurmctld whether it is up: while it is not, the node is NotReady.
+func (p *Provider) Ping(ctx context.Context) error {
+	return p.cli.ping(ctx)
+}
+
+// NotifyNodeStatus re-reads the partition's capacity every NodeRefresh and passes
+// on a node whose capacity changed.
+func (p *Provider) NotifyNodeStatus(ctx context.Context, notify func(*corev1.Node)) {
+	go func() {
+		t := time.NewTicker(p.cfg.NodeRefresh.Duration)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			before := p.currentCapacity()
+			if err := p.refreshCapacity(ctx); err != nil {
+				p.log.Warn("reading the partition's capacity", "error", err)
+				continue
+			}
+			if after := p.currentCapacity(); !reflect.DeepEqual(before, after) {
+				n := &corev1.Node{}
+				n.Status.Capacity, n.Status.Allocatable = after, after.DeepCopy()
+				notify(n)
+			}
+		}
+	}()
+}
+
+func (p *Provider) currentCapacity() corev1.ResourceList {
+	p.capMu.Lock()
+	defer p.capMu.Unlock()
+	return p.capacity.DeepCopy()
+}
+
+// refreshCapacity sums the CPUs, memory and GPUs of the partition's nodes.
+func (p *Provider) refreshCapacity(ctx context.Context) error {
+	nodes, err := p.cli.nodes(ctx, p.cfg.Partition)
+	if err != nil {
+		return err
+	}
+	if len(nodes) == 0 {
+		return errors.New("sinfo lists no node in the partition")
+	}
+	rl := capacityOf(nodes, p.cfg.MaxPods)
+	p.capMu.Lock()
+	p.capacity = rl
+	p.capMu.Unlock()
+	return nil
+}
+
+// ConfigureNode sets the node's capacity from sinfo (read now, if it was not yet).
+func (p *Provider) ConfigureNode(ctx context.Context, n *corev1.Node) {
+	if p.currentCapacity() == nil {
+		if err := p.refreshCapacity(ctx); err != nil {
+			p.log.Warn("reading the partition's capacity", "error", err)
+			return
+		}
+	}
+	rl := p.currentCapacity()
+	n.Status.Capacity, n.Status.Allocatable = rl, rl.DeepCopy()
+}
