@@ -16,6 +16,12 @@ command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need_apt+=(runc)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need_apt+=(busybox-static)
 [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
 command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
+# The Slurm provider (providers/slurm) and its tests run a private Slurm cluster
+# (providers/slurm/slurmenv): slurmctld, slurmd and the client commands, munge for
+# their authentication, and podman, which runs the pods' containers inside the jobs.
+{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null; } || need_apt+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || need_apt+=(munge)
+command -v podman >/dev/null || need_apt+=(podman)
 # The provider protocol's second-language example (examples/python-provider) and
 # its test: Debian's Python with gRPC and the stub generator (no PyPI needed).
 /usr/bin/python3 -c "import grpc, grpc_tools" 2>/dev/null || need_apt+=(python3-grpcio python3-grpc-tools)
