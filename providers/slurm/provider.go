@@ -87,9 +87,14 @@ func New(cfg Config, nodeName string, log *slog.Logger) (*Provider, error) {
 			continue
 		}
 		rec := &record{pod: s.Pod, dir: dir, accepted: s.Accepted}
-		if id, err := os.ReadFile(filepath.Join(dir, jobIDFile)); err == nil {
-			rec.jobID = strings.TrimSpace(string(id))
+		id, err := os.ReadFile(filepath.Join(dir, jobIDFile))
+		if err != nil {
+			// Stopped between writing the directory and learning the job's ID: left
+			// out, so that the controller creates the pod again, and that creation
+			// finds the job by name if sbatch had taken it.
+			continue
 		}
+		rec.jobID = strings.TrimSpace(string(id))
 		if _, err := os.Stat(filepath.Join(dir, stoppingFile)); err == nil {
 			rec.deleting, rec.killAt = true, time.Now()
 		}

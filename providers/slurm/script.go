@@ -271,7 +271,9 @@ func volumeMounts(pod *corev1.Pod, c corev1.Container, dir string) ([]string, er
 	return out, nil
 }
 
-// scriptFunctions are the shell functions every job script uses. run executes one
+// scriptFunctions are the shell functions every job script uses. The GPUs
+// Slurm gave the job (CUDA_VISIBLE_DEVICES) are passed on to every container, as
+// NVIDIA's device plugin does on a kubelet; the pod's own env comes after and wins. run executes one
 // container, restarting it as its policy says with the kubelet's back-off (10 s,
 // doubled, at most 5 min), and records each instance's progress in its directory.
 // It survives the SIGTERM of a deletion (its trap only records it) so that it can
@@ -282,6 +284,7 @@ stamp() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
 put() { cat > "$1.tmp" && mv "$1.tmp" "$1"; }
 stopping() { [ -e "$D/stopping" ]; }
 nap() { s=$1; while [ "$s" -gt 0 ] && ! stopping; do sleep 1; s=$((s-1)); done; }
+gpus() { [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && echo "--env=CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES --env=NVIDIA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; }
 auth() { [ -e "$D/auth.json" ] && echo "--authfile=$D/auth.json"; }
 pull() {
 	case $2 in
@@ -316,7 +319,7 @@ run() {
 			pd=$((pd * 2)); [ $pd -gt 300 ] && pd=300
 		done
 		podman rm -f "$ctr" >/dev/null 2>&1
-		if ! out=$(podman create --name "$ctr" --log-driver=k8s-file --log-opt=path="$i/log" "$@" 2>&1); then
+		if ! out=$(podman create --name "$ctr" --log-driver=k8s-file --log-opt=path="$i/log" $(gpus) "$@" 2>&1); then
 			printf 'CreateContainerError\n%s\n' "$out" | put "$i/waiting"
 			nap $delay
 			stopping && return 1
