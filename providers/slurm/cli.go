@@ -130,6 +130,22 @@ func (c *cli) jobs(ctx context.Context) ([]job, error) {
 	return parseJobs(out), nil
 }
 
+// jobByID asks about one job. A job slurmctld no longer knows (purged after
+// MinJobAge, or never there) is errdefs.NotFound: only that answer, not its
+// absence from a listing, says a job is gone.
+func (c *cli) jobByID(ctx context.Context, id string) (job, error) {
+	out, err := c.run(ctx, "squeue", "--noheader", "--states=all", "--jobs="+id, "--format="+squeueFormat)
+	if err != nil {
+		return job{}, notFoundIfInvalid(err)
+	}
+	for _, j := range parseJobs(out) {
+		if j.ID == id {
+			return j, nil
+		}
+	}
+	return job{}, errdefs.NotFound("squeue --jobs=%s: no such job", id)
+}
+
 // jobsNamed lists the jobs of that name.
 func (c *cli) jobsNamed(ctx context.Context, name string) ([]job, error) {
 	out, err := c.run(ctx, "squeue", "--noheader", "--states=all", "--name="+name, "--format="+squeueFormat)

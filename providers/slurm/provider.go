@@ -45,6 +45,7 @@ type record struct {
 	deleting bool
 	killAt   time.Time // when a deleted pod's job is cancelled outright
 	gone     bool      // its job has ended after a deletion: forgotten at the next poll
+	purged   bool      // Slurm said it no longer knows the job
 }
 
 // saved is a pod's pod.json: what a restarted provider needs besides the job ID.
@@ -432,9 +433,24 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 	now := time.Now()
 	for _, rec := range recs {
 		p.mu.Lock()
-		id, deleting, killAt := rec.jobID, rec.deleting, rec.killAt
+		id, deleting, killAt, purged := rec.jobID, rec.deleting, rec.killAt, rec.purged
 		p.mu.Unlock()
 		j, known := byID[id]
+		if id != "" && !known && !purged {
+			switch jj, err := p.cli.jobByID(ctx, id); {
+			case err == nil:
+				p.log.Info("a job missing from the listing is known to Slurm", "job", id, "state", jj.State)
+				j, known = jj, true
+			case errdefs.IsNotFound(err):
+				p.log.Info("job no longer known to Slurm", "pod", key(rec.pod.Namespace, rec.pod.Name), "job", id)
+				p.mu.Lock()
+				rec.purged = true
+				p.mu.Unlock()
+			default:
+				p.log.Warn("asking Slurm about a job", "job", id, "error", err)
+				continue // unknown, not gone: ask again at the next poll
+			}
+		}
 		view := jobView{ID: id, Known: known, job: j}
 		instances := map[string][]instance{}
 		for _, c := range append(append([]corev1.Container(nil), rec.pod.Spec.InitContainers...), rec.pod.Spec.Containers...) {

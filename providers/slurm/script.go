@@ -58,6 +58,9 @@ func quoteAll(words []string) string {
 	return strings.Join(q, " ")
 }
 
+// slurmGrace bounds the grace period of containers that Slurm stops.
+const slurmGrace = 10
+
 // scriptOptions are the parts of the script that come from the provider's
 // configuration rather than from the pod.
 type scriptOptions struct {
@@ -85,6 +88,11 @@ func jobScript(rp *provider.ResolvedPod, opts scriptOptions) (string, error) {
 	w("# Pod %s/%s (%s) as a Slurm job, written by vkubelet's slurm provider.\n", pod.Namespace, pod.Name, pod.UID)
 	w("D=%s\n", quote(opts.dir))
 	w("grace=%d\n", grace)
+	// A SIGTERM from Slurm itself (time limit, preemption, an operator's scancel)
+	// is followed by SIGKILL after the cluster's KillWait (30 s by default): the
+	// containers get a grace period within it. A deletion writes its own grace
+	// period in the stopping file first.
+	w("slurmgrace=%d\n", min(grace, slurmGrace))
 	w("podman() { command %s \"$@\"; }\n", quoteAll(opts.podman))
 	w("%s", scriptFunctions)
 	var ctrs []string
@@ -294,6 +302,7 @@ pull() {
 	esac
 }
 waitctr() {
+	trap : TERM INT
 	while podman container exists "$1"; do
 		c=$(podman wait "$1" 2>/dev/null) && [ -n "$c" ] && { echo "$c"; return; }
 		sleep 1
@@ -328,7 +337,8 @@ run() {
 		stopping && return 1
 		stamp | put "$i/started"
 		if out=$(podman start "$ctr" 2>&1 >/dev/null); then
-			code=$(waitctr "$ctr")
+			code=
+			while [ -z "$code" ]; do code=$(waitctr "$ctr"); done
 			echo "$code $(stamp)" | put "$i/exit"
 		else
 			code=128
@@ -352,7 +362,12 @@ waitfor() {
 	done
 }
 stop() {
-	touch "$D/stopping"
+	if [ -s "$D/stopping" ]; then
+		grace=$(cat "$D/stopping")
+	else
+		grace=$slurmgrace
+		touch "$D/stopping"
+	fi
 	for c in $ctrs; do podman stop --time "$grace" "$c" >/dev/null 2>&1 & done
 }
 cleanup() { for c in $ctrs; do podman rm -f "$c" >/dev/null 2>&1; done; }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,13 +62,19 @@ func startCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(storage) })
+	podman := []string{"podman", "--root=" + filepath.Join(storage, "root"), "--runroot=" + filepath.Join(storage, "run"),
+		"--storage-driver=vfs", "--cgroup-manager=cgroupfs", "--events-backend=file"}
+	t.Cleanup(func() {
+		// Containers of jobs that Slurm killed outright outlive them (see
+		// docs/SLURM.md); before Slurm itself stops.
+		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
+		_ = os.RemoveAll(storage)
+	})
 	c := &cluster{env: env, registry: reg, image: reg.Busybox, jobRoot: filepath.Join(env.Dir, "jobs")}
 	c.cfgFile = filepath.Join(t.TempDir(), "slurm.json")
 	b, _ := json.Marshal(map[string]any{
 		"jobRoot": c.jobRoot, "slurmConf": env.Conf, "partition": env.Partition,
-		"podman": []string{"podman", "--root=" + filepath.Join(storage, "root"), "--runroot=" + filepath.Join(storage, "run"),
-			"--storage-driver=vfs", "--cgroup-manager=cgroupfs", "--events-backend=file"},
+		"podman": podman,
 		"createFlags": slurm.TestCreateFlags, "insecureRegistries": []string{reg.Registry},
 		"pollInterval": "500ms", "nodeRefresh": "5s", "timeout": "10s",
 	})
@@ -81,6 +88,9 @@ func (c *cluster) nodeConfig(t *testing.T, name string) agent.Config {
 	cfg := nodetest.MockConfig(t, name, mock.Config{})
 	cfg.Provider, cfg.ProviderConfig = "slurm", c.cfgFile
 	cfg.SelfSignedServingCert, cfg.ApproveServingCSR = false, true
+	if os.Getenv("SLURM_TEST_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)
+	}
 	return cfg
 }
 
@@ -213,6 +223,13 @@ func TestPodsRunAsSlurmJobs(t *testing.T) {
 	}
 	if _, err := testenv.Exec(t, ns, "server", "c", "sh", "-c", "exit 4"); err == nil || !strings.Contains(err.Error(), "exit code 4") {
 		t.Errorf("exec of exit 4: %v", err)
+	}
+	if out, err := testenv.ExecInteractive(t, ns, "server", "c", strings.NewReader("piped\n"), false, "cat"); err != nil || out != "piped\n" {
+		t.Errorf("exec -i cat: %q, %v", out, err)
+	}
+	if out, err := testenv.ExecInteractive(t, ns, "server", "c", strings.NewReader("tty -s && echo on-a-terminal; exit\n"), true, "sh"); err != nil ||
+		!strings.Contains(out, "on-a-terminal") {
+		t.Errorf("exec -it sh: %q, %v", out, err)
 	}
 	serverPod, _ := c.CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{})
 	start := time.Now()

@@ -210,14 +210,11 @@ func podStatus(pod *corev1.Pod, j jobView, instances map[string][]instance, star
 		st.Phase = corev1.PodPending
 	case running > 0:
 		st.Phase = corev1.PodRunning
-	case exited == n && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
-		// The job is still finishing (COMPLETING): the containers say how it ends.
-		st.Phase = corev1.PodSucceeded
-		if failed > 0 {
-			st.Phase = corev1.PodFailed
-		}
 	case exited > 0:
-		st.Phase = corev1.PodRunning // restarting
+		// Restarting, or every container has ended and the job is finishing
+		// (COMPLETING): the phase waits for Slurm's last word, which says why
+		// it ended (a time limit, say), since a terminal phase is final.
+		st.Phase = corev1.PodRunning
 	}
 
 	ready := corev1.ConditionFalse
