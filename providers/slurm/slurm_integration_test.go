@@ -74,7 +74,7 @@ func startCluster(t *testing.T) *cluster {
 	c.cfgFile = filepath.Join(t.TempDir(), "slurm.json")
 	b, _ := json.Marshal(map[string]any{
 		"jobRoot": c.jobRoot, "slurmConf": env.Conf, "partition": env.Partition,
-		"podman": podman,
+		"podman":      podman,
 		"createFlags": slurm.TestCreateFlags, "insecureRegistries": []string{reg.Registry},
 		"pollInterval": "500ms", "nodeRefresh": "5s", "timeout": "10s",
 	})
