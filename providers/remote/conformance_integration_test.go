@@ -27,6 +27,8 @@ import (
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/remote"
 	"github.com/vkubelet/vkubelet/providers/remote/conformance"
+	"github.com/vkubelet/vkubelet/providers/slurm"
+	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 // serve serves p on a unix socket until the test ends and returns the endpoint.
@@ -108,6 +110,29 @@ func TestShippedProvidersPassTheConformanceSuite(t *testing.T) {
 			t.Fatal(err)
 		}
 		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "kube")}, NodeName: "conformance"})
+	})
+	t.Run("slurm", func(t *testing.T) {
+		// Pods as jobs of a real Slurm, their containers run by podman.
+		env, err := slurmenv.Start(context.Background(), slurmenv.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Stop()
+		reg, err := crienv.StartRegistry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Stop()
+		cfg, err := env.ProviderConfig(reg.Registry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := slurm.New(cfg, "conformance", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "slurm")}, NodeName: "conformance",
+			Image: reg.Busybox, Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}})
 	})
 	t.Run("python", func(t *testing.T) {
 		dir, err := os.MkdirTemp("", "vkcp")

@@ -57,27 +57,16 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Stop)
-	// podman's run root must be short (50 characters at most).
-	storage, err := os.MkdirTemp("/tmp", "pm")
+	cfg, err := env.ProviderConfig(reg.Registry)
 	if err != nil {
 		t.Fatal(err)
 	}
-	podman := []string{"podman", "--root=" + filepath.Join(storage, "root"), "--runroot=" + filepath.Join(storage, "run"),
-		"--storage-driver=vfs", "--cgroup-manager=cgroupfs", "--events-backend=file"}
-	t.Cleanup(func() {
-		// Containers of jobs that Slurm killed outright outlive them (see
-		// docs/SLURM.md); before Slurm itself stops.
-		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
-		_ = os.RemoveAll(storage)
-	})
-	c := &cluster{env: env, registry: reg, image: reg.Busybox, jobRoot: filepath.Join(env.Dir, "jobs")}
+	c := &cluster{env: env, registry: reg, image: reg.Busybox, jobRoot: cfg.JobRoot}
 	c.cfgFile = filepath.Join(t.TempDir(), "slurm.json")
-	b, _ := json.Marshal(map[string]any{
-		"jobRoot": c.jobRoot, "slurmConf": env.Conf, "partition": env.Partition,
-		"podman":      podman,
-		"createFlags": slurm.TestCreateFlags, "insecureRegistries": []string{reg.Registry},
-		"pollInterval": "500ms", "nodeRefresh": "5s", "timeout": "10s",
-	})
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(c.cfgFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

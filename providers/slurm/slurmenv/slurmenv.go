@@ -36,6 +36,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vkubelet/vkubelet/internal/spawn"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
+	"github.com/vkubelet/vkubelet/providers/slurm"
 )
 
 // keepEnv names the environment variable that, when set to anything, makes Stop
@@ -68,6 +70,8 @@ type Env struct {
 	MemoryMiB int    // memory declared (real, a bit under the machine's total)
 	GPUs      int
 	Partition string // the default partition's name
+
+	podmanStorage string // made by ProviderConfig; its containers removed by Stop
 
 	bins        map[string]string // absolute paths of the daemons and commands
 	mungeSocket string
@@ -598,6 +602,12 @@ func (e *Env) Stop() error {
 	if e.slurmctld.running() && e.slurmd.running() {
 		e.cancelJobs()
 	}
+	if e.podmanStorage != "" {
+		// Containers of a job Slurm killed outright outlive it (docs/SLURM.md).
+		podman := e.podman()
+		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
+		defer os.RemoveAll(e.podmanStorage)
+	}
 	e.slurmd.stop(10 * time.Second)
 	e.slurmctld.stop(10 * time.Second)
 	e.munged.stop(10 * time.Second)
@@ -726,4 +736,31 @@ func stat(pid int) ([]string, bool) {
 	}
 	f := strings.Fields(string(b[i+1:]))
 	return f, len(f) > 0
+}
+
+// ProviderConfig is a configuration of the Slurm provider for this cluster: pods'
+// directories under Dir/jobs, podman with storage of its own (vfs: nothing left
+// mounted) removed with its containers by Stop, resource limits that root without
+// CAP_SYS_RESOURCE may set, and the given registries pulled from without TLS.
+func (e *Env) ProviderConfig(insecureRegistries ...string) (slurm.Config, error) {
+	if e.podmanStorage == "" {
+		// podman refuses a run root longer than 50 characters.
+		dir, err := os.MkdirTemp("/tmp", "pm")
+		if err != nil {
+			return slurm.Config{}, err
+		}
+		e.podmanStorage = dir
+	}
+	return slurm.Config{
+		JobRoot: e.path("jobs"), SlurmConf: e.Conf, Partition: e.Partition,
+		Podman: e.podman(), CreateFlags: slurm.TestCreateFlags, InsecureRegistries: insecureRegistries,
+		PollInterval: providerutil.Duration{Duration: 500 * time.Millisecond},
+		NodeRefresh:  providerutil.Duration{Duration: 5 * time.Second},
+		Timeout:      providerutil.Duration{Duration: 10 * time.Second},
+	}, nil
+}
+
+func (e *Env) podman() []string {
+	return []string{"podman", "--root=" + filepath.Join(e.podmanStorage, "root"), "--runroot=" + filepath.Join(e.podmanStorage, "run"),
+		"--storage-driver=vfs", "--cgroup-manager=cgroupfs", "--events-backend=file"}
 }

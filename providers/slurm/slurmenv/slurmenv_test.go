@@ -40,8 +40,8 @@ func startEnv(t *testing.T, opts Options) *Env {
 	return env
 }
 
-// slurm runs a client command against env and returns its trimmed output.
-func slurm(t *testing.T, env *Env, name string, args ...string) string {
+// run runs a client command against env and returns its trimmed output.
+func run(t *testing.T, env *Env, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Env = env.Environ()
@@ -70,7 +70,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 
 // jobState is the job's state as scontrol reports it, e.g. RUNNING or COMPLETED.
 func jobState(t *testing.T, env *Env, id string) string {
-	return field(slurm(t, env, "scontrol", "--oneliner", "show", "job", id), "JobState")
+	return field(run(t, env, "scontrol", "--oneliner", "show", "job", id), "JobState")
 }
 
 func waitCompleted(t *testing.T, env *Env, id string) {
@@ -93,7 +93,7 @@ func TestSlurmRunsABatchJobWithAGPU(t *testing.T) {
 	env := startEnv(t, Options{GPUs: 2})
 
 	out := filepath.Join(env.Dir, "job1.out")
-	id := slurm(t, env, "sbatch", "--parsable", "--gres=gpu:1", "-o", out, "--wrap", "echo hi; echo $CUDA_VISIBLE_DEVICES")
+	id := run(t, env, "sbatch", "--parsable", "--gres=gpu:1", "-o", out, "--wrap", "echo hi; echo $CUDA_VISIBLE_DEVICES")
 	waitCompleted(t, env, id)
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -110,7 +110,7 @@ func TestJobsOutliveTheControllerGoingDown(t *testing.T) {
 
 	// A job that is running when the controller stops and ends while it is down.
 	release := filepath.Join(env.Dir, "release")
-	id := slurm(t, env, "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "while [ ! -e "+release+" ]; do sleep 0.1; done")
+	id := run(t, env, "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "while [ ! -e "+release+" ]; do sleep 0.1; done")
 	eventually(t, 30*time.Second, "job "+id+" runs", func() (bool, string) {
 		s := jobState(t, env, id)
 		return s == "RUNNING", s
@@ -130,11 +130,11 @@ func TestJobsOutliveTheControllerGoingDown(t *testing.T) {
 	t.Logf("controller back in %v", time.Since(start).Round(time.Millisecond))
 
 	waitCompleted(t, env, id)
-	if got := slurm(t, env, "squeue", "--noheader", "--states=all", "--format=%i %T"); got != id+" COMPLETED" {
+	if got := run(t, env, "squeue", "--noheader", "--states=all", "--format=%i %T"); got != id+" COMPLETED" {
 		t.Errorf("squeue after restart = %q, want %q", got, id+" COMPLETED")
 	}
 	out := filepath.Join(env.Dir, "job2.out")
-	id2 := slurm(t, env, "sbatch", "--parsable", "--gres=gpu:2", "-o", out, "--wrap", "echo $CUDA_VISIBLE_DEVICES")
+	id2 := run(t, env, "sbatch", "--parsable", "--gres=gpu:2", "-o", out, "--wrap", "echo $CUDA_VISIBLE_DEVICES")
 	waitCompleted(t, env, id2)
 	if b, _ := os.ReadFile(out); string(b) != "0,1\n" {
 		t.Errorf("second job output = %q, want %q", b, "0,1\n")
@@ -153,12 +153,12 @@ func TestSmallJobsRunSideBySide(t *testing.T) {
 	}
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = slurm(t, env, "sbatch", "--parsable", "--cpus-per-task=1", "--mem=16", "-o", "/dev/null",
+		ids[i] = run(t, env, "sbatch", "--parsable", "--cpus-per-task=1", "--mem=16", "-o", "/dev/null",
 			"--wrap", "touch "+started+"/$SLURM_JOB_ID; sleep 30")
 	}
 	list := strings.Join(ids, ",")
 	eventually(t, 30*time.Second, fmt.Sprintf("%d jobs run at once", n), func() (bool, string) {
-		got := slurm(t, env, "squeue", "--noheader", "--jobs="+list, "--format=%T")
+		got := run(t, env, "squeue", "--noheader", "--jobs="+list, "--format=%T")
 		return strings.Count(got, "RUNNING") == n, strings.Join(strings.Fields(got), " ")
 	})
 	// Slurm's SIGTERM can miss a job cancelled while it is being launched, which then
@@ -168,9 +168,9 @@ func TestSmallJobsRunSideBySide(t *testing.T) {
 		return len(entries) == n, fmt.Sprintf("%d of %d started", len(entries), n)
 	})
 
-	slurm(t, env, "scancel", ids...)
+	run(t, env, "scancel", ids...)
 	eventually(t, 30*time.Second, "jobs cancelled", func() (bool, string) {
-		got := slurm(t, env, "squeue", "--noheader", "--states=all", "--jobs="+list, "--format=%T")
+		got := run(t, env, "squeue", "--noheader", "--states=all", "--jobs="+list, "--format=%T")
 		return strings.Count(got, "CANCELLED") == n, strings.Join(strings.Fields(got), " ")
 	})
 }
