@@ -32,10 +32,13 @@ func testPodman(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	// vfs: no overlay mounts left behind by a test that fails half-way.
-	return []string{"podman", "--root=" + filepath.Join(dir, "root"), "--runroot=" + filepath.Join(dir, "run"),
+	podman := []string{"podman", "--root=" + filepath.Join(dir, "root"), "--runroot=" + filepath.Join(dir, "run"),
 		"--storage-driver=vfs", "--cgroup-manager=cgroupfs", "--events-backend=file"}
+	t.Cleanup(func() {
+		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
+		_ = crienv.RemoveAllMounted(dir)
+	})
+	return podman
 }
 
 func testRegistry(t *testing.T) *crienv.Env {

@@ -486,12 +486,18 @@ func (e *Env) Stop() {
 		_ = exec.Command("ip", "link", "delete", e.bridge).Run()
 	}
 	// Snapshots that containerd left mounted would make RemoveAll fail.
+	_ = RemoveAllMounted(e.Dir)
+}
+
+// RemoveAllMounted removes dir after unmounting whatever a runtime left mounted
+// under it (snapshots, a container's /dev/shm).
+func RemoveAllMounted(dir string) error {
 	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
 		for _, line := range strings.Split(string(mounts), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], e.Dir+"/") {
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
 				_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
 			}
 		}
 	}
-	_ = os.RemoveAll(e.Dir)
+	return os.RemoveAll(dir)
 }

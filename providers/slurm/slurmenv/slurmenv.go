@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vkubelet/vkubelet/internal/spawn"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/slurm"
 )
@@ -606,7 +607,7 @@ func (e *Env) Stop() error {
 		// Containers of a job Slurm killed outright outlive it (docs/SLURM.md).
 		podman := e.podman()
 		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
-		defer os.RemoveAll(e.podmanStorage)
+		defer func() { _ = crienv.RemoveAllMounted(e.podmanStorage) }()
 	}
 	e.slurmd.stop(10 * time.Second)
 	e.slurmctld.stop(10 * time.Second)
