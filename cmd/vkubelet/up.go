@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/netns"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
+	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 func newUpCommand() *cobra.Command {
@@ -92,6 +94,34 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
+			}
+			if cfg.Provider == "slurm" && cfg.ProviderConfig == "" {
+				// No cluster given: run a private Slurm (slurmctld, slurmd, munged)
+				// on this machine, and the local registry for busybox.
+				reg, err := crienv.StartRegistry()
+				if err != nil {
+					return fmt.Errorf("--provider slurm: starting the image registry: %w", err)
+				}
+				defer reg.Stop()
+				env, err := slurmenv.Start(ctx, slurmenv.Options{GPUs: 2})
+				if err != nil {
+					return fmt.Errorf("--provider slurm: starting Slurm: %w", err)
+				}
+				defer func() { _ = env.Stop() }()
+				sc, err := env.ProviderConfig(reg.Registry)
+				if err != nil {
+					return err
+				}
+				b, err := json.Marshal(sc)
+				if err != nil {
+					return err
+				}
+				cfg.ProviderConfig = filepath.Join(dir, "slurm-provider.json")
+				if err := os.WriteFile(cfg.ProviderConfig, b, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: Slurm cluster %s (export SLURM_CONF=%s; %d CPUs, 2 placeholder GPUs); image busybox served from %s\n",
+					env.NodeName, env.Conf, env.CPUs, reg.Registry)
 			}
 			// The node runs as a kubelet does in a real cluster: under its own
 			// identity, system:node:<name>, from a TLS bootstrap with a bootstrap

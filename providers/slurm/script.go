@@ -111,7 +111,7 @@ func jobScript(rp *provider.ResolvedPod, opts scriptOptions) (string, error) {
 			return err
 		}
 		w("run %s %s %s %s %s %s %s &\n", quote(c.Name), policy, quote(containerName(pod, c.Name)), quote(c.Image),
-			pullPolicy(c), tlsVerify(c.Image, opts.insecure), quoteAll(args))
+			pullPolicy(c), quote(tlsVerify(c.Image, opts.insecure)), quoteAll(args))
 		return nil
 	}
 	for _, c := range pod.Spec.InitContainers {
@@ -164,7 +164,9 @@ func pullPolicy(c corev1.Container) string {
 	return "always"
 }
 
-// tlsVerify is podman's --tls-verify value for the image's registry.
+// tlsVerify is podman's --tls-verify option for the image's registry: false for
+// the configured insecure registries, none (registries.conf decides, mirrors
+// included) for the others.
 func tlsVerify(image string, insecure []string) string {
 	host, _, _ := strings.Cut(image, "/")
 	if strings.ContainsAny(host, ".:") || host == "localhost" {
@@ -174,7 +176,7 @@ func tlsVerify(image string, insecure []string) string {
 			}
 		}
 	}
-	return "--tls-verify=true"
+	return ""
 }
 
 // createArgs are the arguments of `podman create` after the container's name:
@@ -297,8 +299,8 @@ auth() { [ -e "$D/auth.json" ] && echo "--authfile=$D/auth.json"; }
 pull() {
 	case $2 in
 	never) podman image exists "$1" || { echo "image $1 is not present with pull policy Never"; return 1; } ;;
-	missing) podman image exists "$1" || podman pull -q $(auth) "$3" "$1" >/dev/null ;;
-	*) podman pull -q $(auth) "$3" "$1" >/dev/null ;;
+	missing) podman image exists "$1" || podman pull -q $(auth) $3 "$1" >/dev/null ;;
+	*) podman pull -q $(auth) $3 "$1" >/dev/null ;;
 	esac
 }
 waitctr() {

@@ -182,7 +182,8 @@ func TestPodsRunAsSlurmJobs(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "failing"},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "c", Image: cl.image, Command: []string{"sh", "-c", "echo oops >&2; exit 7"}}}},
+			// Docker Hub's name: the test registry stands in for it.
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sh", "-c", "echo oops >&2; exit 7"}}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

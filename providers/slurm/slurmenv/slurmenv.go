@@ -742,8 +742,10 @@ func stat(pid int) ([]string, bool) {
 // ProviderConfig is a configuration of the Slurm provider for this cluster: pods'
 // directories under Dir/jobs, podman with storage of its own (vfs: nothing left
 // mounted) removed with its containers by Stop, resource limits that root without
-// CAP_SYS_RESOURCE may set, and the given registries pulled from without TLS.
-func (e *Env) ProviderConfig(insecureRegistries ...string) (slurm.Config, error) {
+// CAP_SYS_RESOURCE may set. registry (host:port, plain HTTP), if set, is pulled
+// from without TLS and stands in for Docker Hub, so that `--image=busybox` works
+// on a machine without internet access.
+func (e *Env) ProviderConfig(registry string) (slurm.Config, error) {
 	if e.podmanStorage == "" {
 		// podman refuses a run root longer than 50 characters.
 		dir, err := os.MkdirTemp("/tmp", "pm")
@@ -752,13 +754,33 @@ func (e *Env) ProviderConfig(insecureRegistries ...string) (slurm.Config, error)
 		}
 		e.podmanStorage = dir
 	}
-	return slurm.Config{
+	cfg := slurm.Config{
 		JobRoot: e.path("jobs"), SlurmConf: e.Conf, Partition: e.Partition,
-		Podman: e.podman(), CreateFlags: slurm.TestCreateFlags, InsecureRegistries: insecureRegistries,
+		Podman: e.podman(), CreateFlags: slurm.TestCreateFlags,
 		PollInterval: providerutil.Duration{Duration: 500 * time.Millisecond},
 		NodeRefresh:  providerutil.Duration{Duration: 5 * time.Second},
 		Timeout:      providerutil.Duration{Duration: 10 * time.Second},
-	}, nil
+	}
+	if registry != "" {
+		cfg.InsecureRegistries = []string{registry}
+		conf := fmt.Sprintf(`unqualified-search-registries = ["docker.io"]
+short-name-mode = "permissive"
+
+[[registry]]
+prefix = "docker.io"
+location = "docker.io"
+
+[[registry.mirror]]
+location = %q
+insecure = true
+`, registry)
+		path := filepath.Join(e.podmanStorage, "registries.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			return slurm.Config{}, err
+		}
+		cfg.Podman = append([]string{"env", "CONTAINERS_REGISTRIES_CONF=" + path}, cfg.Podman...)
+	}
+	return cfg, nil
 }
 
 func (e *Env) podman() []string {
