@@ -19,11 +19,12 @@ import (
 
 func newBenchCommand() *cobra.Command {
 	var (
-		cfg        bench.Config
-		compare    bench.Comparison
-		asJSON     bool
-		kubeconfig string
-		runs       int
+		cfg          bench.Config
+		compare      bench.Comparison
+		asJSON       bool
+		kubeconfig   string
+		runs         int
+		providerName string
 	)
 	cfg.Shape = bench.ShapeDeployment
 	cmd := &cobra.Command{
@@ -68,6 +69,13 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 				return err
 			}
 			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
+			switch providerName {
+			case "mock":
+			case "slurm":
+				return benchSlurm(cmd, cfg, kubeconfig, runs, asJSON)
+			default:
+				return fmt.Errorf("--provider %s: the benchmark measures mock (default) or slurm", providerName)
+			}
 			if compare == bench.CompareKwok {
 				kwok, err := controlplane.EnsureKwok(ctx, cmd.ErrOrStderr())
 				if err != nil {
@@ -109,7 +117,51 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&providerName, "provider", "mock", "mock, or slurm: a private Slurm started for the run, the same jobs submitted by sbatch and run as pods through a node with --provider slurm (pods of --pod-shape running sleep; --concurrency submitters, default 50)")
 	return cmd
+}
+
+// benchSlurm runs `bench --provider slurm`: on a fresh control plane per run (or
+// --kubeconfig), the median of --runs runs of the raw sbatch path next to the node.
+func benchSlurm(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool) error {
+	var results []*bench.SlurmResult
+	for i := 0; i < runs; i++ {
+		ctx := cmd.Context()
+		kc := kubeconfig
+		if kc == "" {
+			cp, err := controlplane.Start(ctx, controlplane.Config{ServiceAccountAdmission: true, Out: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			defer cp.Stop()
+			kc = cp.KubeconfigPath
+		}
+		cfg.Kubeconfig = kc
+		var err error
+		if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kc); err != nil {
+			return err
+		}
+		r, err := bench.RunSlurm(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d: sbatch %.1f pods/s, vkubelet %.1f pods/s (%+.0f%% time)\n",
+			i+1, runs, r.Sbatch.PodsPerS, r.Vkubelet.PodsPerS, 100*r.Overhead)
+		results = append(results, r)
+	}
+	res := bench.MedianSlurm(results)
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "pods\t%d on a private Slurm, runs %d (medians)\n\n", res.Pods, runs)
+	fmt.Fprintln(w, "\tsbatch (the same job scripts)\tvkubelet --provider slurm")
+	fmt.Fprintf(w, "pods/s to Running\t%.1f\t%.1f\n", res.Sbatch.PodsPerS, res.Vkubelet.PodsPerS)
+	fmt.Fprintf(w, "time for all\t%.1f s\t%.1f s (%+.0f%%)\n", res.Sbatch.Seconds, res.Vkubelet.Seconds, 100*res.Overhead)
+	fmt.Fprintf(w, "p50 / p99\t%.0f / %.0f ms\t%.0f / %.0f ms\n", res.Sbatch.P50ms, res.Sbatch.P99ms, res.Vkubelet.P50ms, res.Vkubelet.P99ms)
+	return w.Flush()
 }
 
 // printResult prints the figures as a table: the ceiling, kwok if measured, and

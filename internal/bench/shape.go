@@ -75,6 +75,10 @@ type podTemplate struct {
 	// checked is set once a created pod has been seen to carry what its shape
 	// promises (the token volume, the owner), so the check runs once.
 	checked atomic.Bool
+	// image and command, if set, replace the shape's: for a provider that runs
+	// the containers (vkubelet bench --provider slurm).
+	image   string
+	command []string
 }
 
 // name is the name of the pod numbered i: for the deployment shape, that of a
@@ -96,6 +100,14 @@ func deploymentLabels() map[string]string {
 
 // spec is the pod spec of the shape, before admission, unbound.
 func (t *podTemplate) spec() corev1.PodSpec {
+	spec := t.shapeSpec()
+	if t.image != "" {
+		spec.Containers[0].Image, spec.Containers[0].Command = t.image, t.command
+	}
+	return spec
+}
+
+func (t *podTemplate) shapeSpec() corev1.PodSpec {
 	if t.shape != ShapeDeployment {
 		return corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](30),

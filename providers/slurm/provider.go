@@ -126,16 +126,9 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	} else {
 		rec = &record{pod: pod.DeepCopy(), dir: podDir(p.cfg.JobRoot, pod), accepted: time.Now()}
 	}
-	script, err := jobScript(rp, scriptOptions{dir: rec.dir, podman: p.cfg.Podman, insecure: p.cfg.InsecureRegistries, createFlags: p.cfg.CreateFlags})
+	flags, err := prepare(rp, p.cfg, rec)
 	if err != nil {
-		return errdefs.InvalidInput("slurm: pod %s: %v", k, err)
-	}
-	flags, err := submitFlags(pod, p.cfg, rec.dir)
-	if err != nil {
-		return errdefs.InvalidInput("slurm: pod %s: %v", k, err)
-	}
-	if err := p.writePodDir(rp, rec, script); err != nil {
-		return fmt.Errorf("slurm: pod %s: %w", k, err)
+		return err
 	}
 	p.mu.Lock()
 	p.pods[k] = rec
@@ -162,6 +155,45 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	return nil
 }
 
+// prepare writes the pod's directory and returns sbatch's options for its job.
+func prepare(rp *provider.ResolvedPod, cfg Config, rec *record) ([]string, error) {
+	k := key(rp.Pod.Namespace, rp.Pod.Name)
+	script, err := jobScript(rp, scriptOptions{dir: rec.dir, podman: cfg.Podman, insecure: cfg.InsecureRegistries, createFlags: cfg.CreateFlags})
+	if err != nil {
+		return nil, errdefs.InvalidInput("slurm: pod %s: %v", k, err)
+	}
+	flags, err := submitFlags(rp.Pod, cfg, rec.dir)
+	if err != nil {
+		return nil, errdefs.InvalidInput("slurm: pod %s: %v", k, err)
+	}
+	if err := writePodDir(rp, rec, script); err != nil {
+		return nil, fmt.Errorf("slurm: pod %s: %w", k, err)
+	}
+	return flags, nil
+}
+
+// Job is a pod's job as the provider would submit it.
+type Job struct {
+	Dir    string   // the pod's directory, its script and volumes written
+	Script string   // the batch script's path
+	Flags  []string // sbatch's options
+}
+
+// PrepareJob writes a pod's directory under cfg.JobRoot as the provider does
+// before it submits the pod's job, and returns what to give sbatch: for tools
+// that measure the same jobs without vkubelet (vkubelet bench --provider slurm).
+func PrepareJob(rp *provider.ResolvedPod, cfg Config) (Job, error) {
+	if err := cfg.complete(); err != nil {
+		return Job{}, err
+	}
+	rec := &record{pod: rp.Pod, dir: podDir(cfg.JobRoot, rp.Pod), accepted: time.Now()}
+	flags, err := prepare(rp, cfg, rec)
+	if err != nil {
+		return Job{}, err
+	}
+	return Job{Dir: rec.dir, Script: filepath.Join(rec.dir, scriptFile), Flags: flags}, nil
+}
+
 // CreatePod submits a pod without resolved data (not called by the controller,
 // which resolves pods for this provider).
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
@@ -170,7 +202,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 
 // writePodDir writes the pod's directory: volumes, registry credentials, script
 // and pod.json, the last so that a half-written directory is not taken for a pod.
-func (p *Provider) writePodDir(rp *provider.ResolvedPod, rec *record, script string) error {
+func writePodDir(rp *provider.ResolvedPod, rec *record, script string) error {
 	if err := os.MkdirAll(filepath.Join(rec.dir, containerDir), 0o700); err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ const keepEnv = "SLURMENV_KEEP"
 // jobsPerCPU is how many jobs may share one CPU. The provider runs every pod as a job
 // on the one node, and test machines have few CPUs, so CPUs are oversubscribed
 // rather than allocated exclusively; memory and GPUs still are not.
-const jobsPerCPU = 32
+const jobsPerCPU = 128
 
 // defMemPerCPU is the memory (MiB) a job gets when it does not ask: without it, a job
 // with no --mem is given all of the node's memory and nothing else can start beside it.
