@@ -46,6 +46,7 @@ type record struct {
 	killAt   time.Time // when a deleted pod's job is cancelled outright
 	gone     bool      // its job has ended after a deletion: forgotten at the next poll
 	purged   bool      // Slurm said it no longer knows the job
+	creating bool      // a CreateResolvedPod is submitting it
 }
 
 // saved is a pod's pod.json: what a restarted provider needs besides the job ID.
@@ -132,7 +133,13 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	}
 	p.mu.Lock()
 	p.pods[k] = rec
+	rec.creating = true
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		rec.creating = false
+		p.mu.Unlock()
+	}()
 
 	id := ""
 	existing, err := p.cli.jobsNamed(ctx, string(pod.UID))
@@ -150,8 +157,15 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	}
 	p.mu.Lock()
 	rec.jobID = id
+	deleted := rec.deleting
 	p.mu.Unlock()
 	p.log.Debug("submitted", "pod", k, "job", id)
+	if deleted {
+		// Deleted while it was being submitted: DeletePod had no job to stop.
+		if err := p.cli.cancel(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("slurm: pod %s deleted while submitted: %w", k, err)
+		}
+	}
 	return nil
 }
 
@@ -343,7 +357,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("slurm: pod %s: %w", k, err)
 	}
 	if id == "" {
-		return nil // the creation in flight finds the stopping file's pod deleted at the next poll
+		return nil // a creation in flight cancels the job it submits
 	}
 	var err error
 	if st == nil || st.Phase == corev1.PodPending && !startedAny(st) {
@@ -504,8 +518,9 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		if changed {
 			out = podOf(rec)
 		}
-		forget := deleting && (ended || id == "") && rec.gone
-		if deleting && (ended || id == "") {
+		done := ended || (id == "" && !rec.creating)
+		forget := deleting && done && rec.gone
+		if deleting && done {
 			rec.gone = true // forgotten at the next poll, once its final status is out
 		}
 		if forget {
