@@ -196,8 +196,10 @@ func measureSbatch(ctx context.Context, cfg Config, env *slurmenv.Env, pcfg slur
 	return figures(cfg.Pods, lat, last.Sub(first)), nil
 }
 
-// drain cancels every job and waits until none is left running and podman has
-// no container: the next measurement starts on an idle node.
+// drain cancels every job, waits until none is left, and removes the containers
+// whose job's end came before their script's own cleanup (a SIGKILL after
+// Slurm's KillWait, under the load of stopping every container at once): the
+// next measurement starts on an idle node.
 func drain(ctx context.Context, env *slurmenv.Env, pcfg slurm.Config) error {
 	run := func(name string, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, name, args...)
@@ -208,16 +210,18 @@ func drain(ctx context.Context, env *slurmenv.Env, pcfg slurm.Config) error {
 	if out, err := run("scancel", "--partition="+env.Partition); err != nil {
 		return fmt.Errorf("scancel: %v: %s", err, out)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		jobs, err := run("squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING,CONFIGURING", "--format=%i")
-		ctrs, cerr := run(pcfg.Podman[0], append(pcfg.Podman[1:], "ps", "--all", "--quiet")...)
-		if err == nil && cerr == nil && strings.TrimSpace(jobs) == "" && strings.TrimSpace(ctrs) == "" {
+		if err == nil && strings.TrimSpace(jobs) == "" {
+			if out, err := run(pcfg.Podman[0], append(pcfg.Podman[1:], "rm", "--force", "--all", "--time=0")...); err != nil {
+				return fmt.Errorf("podman rm: %v: %s", err, out)
+			}
 			return nil
 		}
 		time.Sleep(time.Second)
 	}
-	return fmt.Errorf("jobs or containers still there 2 minutes after scancel")
+	return fmt.Errorf("jobs still there 3 minutes after scancel")
 }
 
 // MedianSlurm is the median of each figure over several runs.
