@@ -1,0 +1,203 @@
+package slurmenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vkubelet/vkubelet/internal/spawn"
+)
+
+// daemon is one of the cluster's processes, started in the foreground so that it
+// dies with us (internal/spawn) and we see when it exits.
+type daemon struct {
+	name string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, once done is closed
+}
+
+// start runs the program with its output appended to log. The environment carries
+// SLURM_CONF, which also marks the daemon's descendants as ours for Stop.
+func (e *Env) start(log string, name string, args ...string) (*daemon, error) {
+	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	d := &daemon{name: name, log: log, cmd: exec.Command(e.bins[name], args...), done: make(chan struct{})}
+	d.cmd.Dir = e.Dir
+	d.cmd.Env = e.Environ()
+	d.cmd.Stdout, d.cmd.Stderr = f, f
+	if err := spawn.Start(d.cmd); err != nil {
+		return nil, fmt.Errorf("slurmenv: start %s: %w", name, err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	return d, nil
+}
+
+// running reports whether the daemon was started and has not exited.
+func (d *daemon) running() bool { return d != nil && !d.exited() }
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM to the daemon's process group, and SIGKILL if it has not
+// exited after grace.
+func (d *daemon) stop(grace time.Duration) {
+	if !d.running() {
+		return
+	}
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+		<-d.done
+	}
+}
+
+// logTail is the end of the daemon's log, for error messages.
+func (d *daemon) logTail() string {
+	b, _ := os.ReadFile(d.log)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// permanentError is a readiness check's way of saying that waiting longer is no use.
+type permanentError struct{ error }
+
+// waitFor polls ready until it returns nil or a permanentError, the daemon exits, or
+// the deadline passes.
+func waitFor(ctx context.Context, d *daemon, what string, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := ready(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.As(err, new(permanentError)) {
+			return fmt.Errorf("slurmenv: %s: not %s: %w: %s", d.name, what, err, d.logTail())
+		}
+		select {
+		case <-d.done:
+			return fmt.Errorf("slurmenv: %s exited (%v) before %s: %s", d.name, d.err, what, d.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("slurmenv: %s: not %s (%v): %w: %s", d.name, what, err, ctx.Err(), d.logTail())
+		case <-tick.C:
+		}
+	}
+}
+
+// killLeftovers kills the job steps' processes: every process whose environment has
+// our SLURM_CONF (slurmstepd inherits it from slurmd, jobs from sbatch) and all its
+// descendants, which may have dropped it. Without slurmd and slurmctld, slurmstepd
+// would only wait to report, so there is no point in asking politely.
+func (e *Env) killLeftovers() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids, err := e.leftovers()
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slurmenv: processes %v survive SIGKILL", pids)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// leftovers lists the processes killLeftovers ends.
+func (e *Env) leftovers() ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	marker := []byte("SLURM_CONF=" + e.Conf + "\x00")
+	children := map[int][]int{}
+	var roots []int
+	self := os.Getpid()
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if ppid := parentOf(pid); ppid > 0 {
+			children[ppid] = append(children[ppid], pid)
+		}
+		if env, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "environ")); err == nil && bytes.Contains(env, marker) {
+			roots = append(roots, pid)
+		}
+	}
+	seen := map[int]bool{}
+	var pids []int
+	for len(roots) > 0 {
+		pid := roots[len(roots)-1]
+		roots = roots[:len(roots)-1]
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		if !isZombie(pid) {
+			pids = append(pids, pid)
+		}
+		roots = append(roots, children[pid]...)
+	}
+	return pids, nil
+}
+
+// parentOf reads the parent's pid from /proc/PID/stat; 0 if the process is gone.
+func parentOf(pid int) int {
+	f, ok := stat(pid)
+	if !ok || len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+func isZombie(pid int) bool {
+	f, ok := stat(pid)
+	return !ok || f[0] == "Z"
+}
+
+// stat returns the fields of /proc/PID/stat after the command name, which may
+// itself hold spaces and parentheses: state, ppid, ...
+func stat(pid int) ([]string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	return f, len(f) > 0
+}
