@@ -266,11 +266,14 @@ func TestRestartMidBurstAndControllerDownLoseNothing(t *testing.T) {
 		n := len(strings.Fields(cl.squeue(t, "--format=%i")))
 		return n >= 3, fmt.Sprintf("%d jobs", n)
 	})
+	jobsAtStop := len(strings.Fields(cl.squeue(t, "--format=%i")))
 	stop()
+	restarted := time.Now()
 	nodetest.Run(t, cl.nodeConfig(t, node))
 	for i := range pods {
 		testenv.WaitPhase(t, ns, fmt.Sprintf("p%d", i), corev1.PodRunning)
 	}
+	t.Logf("stopped with %d of %d jobs submitted; every pod Running %.1fs after the restart", jobsAtStop, pods, time.Since(restarted).Seconds())
 	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +303,7 @@ func TestRestartMidBurstAndControllerDownLoseNothing(t *testing.T) {
 		}
 		return ""
 	}
+	stopped := time.Now()
 	if err := cl.env.StopController(); err != nil {
 		t.Fatal(err)
 	}
@@ -308,12 +312,15 @@ func TestRestartMidBurstAndControllerDownLoseNothing(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
 		return ready() != corev1.ConditionTrue, fmt.Sprintf("Ready %s", ready())
 	})
+	notReady := time.Since(stopped)
+	started := time.Now()
 	if err := cl.env.StartController(ctx); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
 		return ready() == corev1.ConditionTrue, fmt.Sprintf("Ready %s", ready())
 	})
+	t.Logf("slurmctld stopped: node not Ready after %.1fs; started: node Ready %.1fs later", notReady.Seconds(), time.Since(started).Seconds())
 	for i := range pods {
 		testenv.WaitPhase(t, ns, fmt.Sprintf("p%d", i), corev1.PodRunning)
 	}
