@@ -301,20 +301,8 @@ func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 // NotifyPods polls every pod's status in one /status call each PollInterval and
 // passes on those that changed.
 func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
-	go func() {
-		t := time.NewTicker(p.cfg.PollInterval.Duration)
-		defer t.Stop()
-		for {
-			if err := p.poll(ctx, notify); err != nil && ctx.Err() == nil {
-				p.log.Warn("polling the plugin for statuses", "error", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	providerutil.PollEvery(ctx, p.cfg.PollInterval.Duration, p.log, "polling the plugin for statuses",
+		func(ctx context.Context) error { return p.poll(ctx, notify) })
 }
 
 func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {

@@ -9,25 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // NotifyPods polls the jobs' states (one squeue for all) every PollInterval and
 // passes on the pods whose status changed.
 func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
-	go func() {
-		t := time.NewTicker(p.cfg.PollInterval.Duration)
-		defer t.Stop()
-		for {
-			if err := p.poll(ctx, notify); err != nil && ctx.Err() == nil {
-				p.log.Warn("polling Slurm for the jobs' states", "error", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	providerutil.PollEvery(ctx, p.cfg.PollInterval.Duration, p.log, "polling Slurm for the jobs' states",
+		func(ctx context.Context) error { return p.poll(ctx, notify) })
 }
 
 // poll computes every pod's status from squeue and the files its job wrote,

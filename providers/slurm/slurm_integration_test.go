@@ -83,6 +83,16 @@ func (c *cluster) nodeConfig(t *testing.T, name string) agent.Config {
 	return cfg
 }
 
+// runNode runs a node of the cluster until the test ends, its Node object deleted
+// after it; stop ends it earlier.
+func (c *cluster) runNode(t *testing.T, name string) (stop func()) {
+	_, stop = nodetest.Run(t, c.nodeConfig(t, name))
+	t.Cleanup(func() {
+		_ = testenv.Client(t).CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return stop
+}
+
 // squeue runs squeue against the test's cluster.
 func (c *cluster) squeue(t *testing.T, args ...string) string {
 	t.Helper()
@@ -115,8 +125,7 @@ func TestPodsRunAsSlurmJobs(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 	const node = "slurm-node"
-	nodetest.Run(t, cl.nodeConfig(t, node))
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	cl.runNode(t, node)
 
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -249,8 +258,7 @@ func TestRestartMidBurstAndControllerDownLoseNothing(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 	const node, pods = "slurm-restart", 12
-	_, stop := nodetest.Run(t, cl.nodeConfig(t, node))
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	stop := cl.runNode(t, node)
 	for i := range pods {
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i)},
@@ -269,7 +277,7 @@ func TestRestartMidBurstAndControllerDownLoseNothing(t *testing.T) {
 	jobsAtStop := len(strings.Fields(cl.squeue(t, "--format=%i")))
 	stop()
 	restarted := time.Now()
-	nodetest.Run(t, cl.nodeConfig(t, node))
+	cl.runNode(t, node)
 	for i := range pods {
 		testenv.WaitPhase(t, ns, fmt.Sprintf("p%d", i), corev1.PodRunning)
 	}
@@ -339,8 +347,7 @@ func TestDeadlineRestartsAndFollowedLogs(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 	const node = "slurm-deadline"
-	nodetest.Run(t, cl.nodeConfig(t, node))
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	cl.runNode(t, node)
 	create := func(name string, spec corev1.PodSpec) {
 		spec.NodeName = node
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {

@@ -90,12 +90,7 @@ func Start(ctx context.Context) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), done: make(chan error, 1)}
-	if err := e.startRegistry(); err != nil {
-		e.Stop()
-		return nil, err
-	}
-	if err := e.pushImages(); err != nil {
-		e.Stop()
+	if err := e.serveImages(); err != nil {
 		return nil, err
 	}
 	if err := e.startContainerd(ctx); err != nil {
@@ -114,15 +109,24 @@ func StartRegistry() (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Dir: dir, done: make(chan error, 1)}
-	if err := e.startRegistry(); err != nil {
-		e.Stop()
-		return nil, err
-	}
-	if err := e.pushImages(); err != nil {
-		e.Stop()
+	if err := e.serveImages(); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// serveImages starts the registry and pushes the images; on failure it stops
+// what it started.
+func (e *Env) serveImages() error {
+	if err := e.startRegistry(); err != nil {
+		e.Stop()
+		return err
+	}
+	if err := e.pushImages(); err != nil {
+		e.Stop()
+		return err
+	}
+	return nil
 }
 
 func (e *Env) startRegistry() error {

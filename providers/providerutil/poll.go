@@ -1,0 +1,28 @@
+package providerutil
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// PollEvery calls poll at once and then every interval, in a goroutine, until ctx
+// ends; a failure is logged (as what, "polling the plugin for statuses" say) and
+// the next tick tries again. Providers whose back end cannot push changes use it
+// to implement NotifyPods.
+func PollEvery(ctx context.Context, interval time.Duration, log *slog.Logger, what string, poll func(context.Context) error) {
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			if err := poll(ctx); err != nil && ctx.Err() == nil {
+				log.Warn(what, "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
