@@ -5,16 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
@@ -91,6 +95,16 @@ func (c *cluster) runNode(t *testing.T, name string) (stop func()) {
 		_ = testenv.Client(t).CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return stop
+}
+
+// scontrol runs scontrol against the test's cluster.
+func (c *cluster) scontrol(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command("scontrol", args...)
+	cmd.Env = c.env.Environ()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scontrol %s: %v: %s", strings.Join(args, " "), err, out)
+	}
 }
 
 // squeue runs squeue against the test's cluster.
@@ -242,6 +256,29 @@ func TestPodsRunAsSlurmJobs(t *testing.T) {
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("deletion took %s: the container stops on SIGTERM at once", d)
 	}
+	// The compute node fails under a running job of a pod that is never
+	// restarted: the job ends NODE_FAIL, the pod fails with NodeFailure.
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "victim"},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: cl.image, Command: []string{"sleep", "3600"}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitPhase(t, ns, "victim", corev1.PodRunning)
+	cl.scontrol(t, "update", "NodeName="+cl.env.NodeName, "State=DOWN", "Reason=test")
+	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, "victim", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "NodeFailure", fmt.Sprintf("%s %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	// slurmd registering again may have brought it back already (ReturnToService=2).
+	resume := exec.Command("scontrol", "update", "NodeName="+cl.env.NodeName, "State=RESUME")
+	resume.Env = cl.env.Environ()
+	_ = resume.Run()
+
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		out := cl.squeue(t, "--name="+string(serverPod.UID), "--format=%T")
 		dirs, _ := filepath.Glob(filepath.Join(cl.jobRoot, ns+"_server_*"))
@@ -381,6 +418,10 @@ func TestDeadlineRestartsAndFollowedLogs(t *testing.T) {
 	if !strings.HasPrefix(got.String(), "tick 0\ntick 1\n") || !strings.Contains(got.String(), "tick 12\n") {
 		t.Errorf("followed logs: %q", got.String())
 	}
+	// kubectl attach: the running process's output from now on.
+	if out := attachFor(t, ns, "ticker", "c", 4*time.Second); !strings.Contains(out, "tick ") || strings.Contains(out, "tick 0\n") {
+		t.Errorf("attach: %q", out)
+	}
 
 	// The kubelet's back-off: 10 s, then 20 s. After the first restart the
 	// previous instance's logs are kept.
@@ -406,4 +447,40 @@ func TestDeadlineRestartsAndFollowedLogs(t *testing.T) {
 		}
 		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "DeadlineExceeded", fmt.Sprintf("%s %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message)
 	})
+}
+
+// attachFor attaches to a container's output through the API server, as kubectl
+// attach does, for d, and returns what came.
+func attachFor(t *testing.T, ns, pod, container string, d time.Duration) string {
+	t.Helper()
+	cp := testenv.ControlPlane(t)
+	req := testenv.Client(t).CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: container, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(cp.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out syncBuffer
+	_ = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	return out.String()
+}
+
+// syncBuffer is a strings.Builder safe for the stream's writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -105,6 +105,34 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	return runAttached(ctx, c, attach)
 }
 
+// AttachToContainer attaches to the container's main process, as kubectl attach
+// does: podman attach on the job's node, through srun --overlap, until the
+// session ends. Stdin reaches the process only if its container has stdin: true.
+func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, container string, attach provider.AttachIO) error {
+	rec, jobID, ins, err := p.container(namespace, name, container)
+	if err != nil {
+		return err
+	}
+	if len(ins) == 0 || ins[len(ins)-1].started.IsZero() || ins[len(ins)-1].exited {
+		return errdefs.InvalidInput("slurm: container %s in pod %s/%s is not running", container, namespace, name)
+	}
+	args := []string{"--overlap", "--jobid=" + jobID, "--nodes=1", "--ntasks=1", "--quiet"}
+	if attach.TTY() {
+		args = append(args, "--pty")
+	}
+	args = append(args, p.cfg.Podman...)
+	args = append(args, "attach", "--sig-proxy=false")
+	if attach.Stdin() == nil {
+		args = append(args, "--no-stdin")
+	}
+	args = append(args, containerName(rec.pod, container))
+	err = runAttached(ctx, p.cli.command(ctx, "srun", args...), attach)
+	if ctx.Err() != nil {
+		return nil // the caller ended the session
+	}
+	return err
+}
+
 // runAttached runs c with the session's streams: through a pseudo-terminal when
 // the session has one (srun --pty wants a terminal of its own), through pipes
 // otherwise. srun's own messages ("srun: error: … Exited with exit code 3") are
