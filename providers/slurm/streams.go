@@ -76,22 +76,31 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 	return r, err
 }
 
-// RunInContainer runs cmd in the container through the job's allocation: srun
-// --overlap starts a step on the job's node beside the running containers, and
-// podman exec enters the container there.
-func (p *Provider) RunInContainer(ctx context.Context, namespace, name, container string, cmd []string, attach provider.AttachIO) error {
+// inJob returns the start of a command that runs podman on the running
+// container's node: srun --overlap starts a step in the job's allocation, beside
+// the containers, with a terminal when the session has one. It also returns the
+// container's podman name.
+func (p *Provider) inJob(namespace, name, container string, tty bool) (args []string, ctr string, err error) {
 	rec, jobID, ins, err := p.container(namespace, name, container)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(ins) == 0 || ins[len(ins)-1].started.IsZero() || ins[len(ins)-1].exited {
+		return nil, "", errdefs.InvalidInput("slurm: container %s in pod %s/%s is not running", container, namespace, name)
+	}
+	args = []string{"--overlap", "--jobid=" + jobID, "--nodes=1", "--ntasks=1", "--quiet"}
+	if tty {
+		args = append(args, "--pty")
+	}
+	return append(args, p.cfg.Podman...), containerName(rec.pod, container), nil
+}
+
+// RunInContainer runs cmd in the container with podman exec, on the job's node.
+func (p *Provider) RunInContainer(ctx context.Context, namespace, name, container string, cmd []string, attach provider.AttachIO) error {
+	args, ctr, err := p.inJob(namespace, name, container, attach.TTY())
 	if err != nil {
 		return err
 	}
-	if len(ins) == 0 || ins[len(ins)-1].started.IsZero() || ins[len(ins)-1].exited {
-		return errdefs.InvalidInput("slurm: container %s in pod %s/%s is not running", container, namespace, name)
-	}
-	args := []string{"--overlap", "--jobid=" + jobID, "--nodes=1", "--ntasks=1", "--quiet"}
-	if attach.TTY() {
-		args = append(args, "--pty")
-	}
-	args = append(args, p.cfg.Podman...)
 	args = append(args, "exec")
 	if attach.Stdin() != nil {
 		args = append(args, "--interactive")
@@ -99,34 +108,23 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	if attach.TTY() {
 		args = append(args, "--tty")
 	}
-	args = append(args, containerName(rec.pod, container))
-	args = append(args, cmd...)
-	c := p.cli.command(ctx, "srun", args...)
-	return runAttached(ctx, c, attach)
+	args = append(append(args, ctr), cmd...)
+	return runAttached(ctx, p.cli.command(ctx, "srun", args...), attach)
 }
 
 // AttachToContainer attaches to the container's main process, as kubectl attach
-// does: podman attach on the job's node, through srun --overlap, until the
-// session ends. Stdin reaches the process only if its container has stdin: true.
+// does: podman attach on the job's node until the session ends. Stdin reaches
+// the process only if its container has stdin: true.
 func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, container string, attach provider.AttachIO) error {
-	rec, jobID, ins, err := p.container(namespace, name, container)
+	args, ctr, err := p.inJob(namespace, name, container, attach.TTY())
 	if err != nil {
 		return err
 	}
-	if len(ins) == 0 || ins[len(ins)-1].started.IsZero() || ins[len(ins)-1].exited {
-		return errdefs.InvalidInput("slurm: container %s in pod %s/%s is not running", container, namespace, name)
-	}
-	args := []string{"--overlap", "--jobid=" + jobID, "--nodes=1", "--ntasks=1", "--quiet"}
-	if attach.TTY() {
-		args = append(args, "--pty")
-	}
-	args = append(args, p.cfg.Podman...)
 	args = append(args, "attach", "--sig-proxy=false")
 	if attach.Stdin() == nil {
 		args = append(args, "--no-stdin")
 	}
-	args = append(args, containerName(rec.pod, container))
-	err = runAttached(ctx, p.cli.command(ctx, "srun", args...), attach)
+	err = runAttached(ctx, p.cli.command(ctx, "srun", append(args, ctr)...), attach)
 	if ctx.Err() != nil {
 		return nil // the caller ended the session
 	}
