@@ -44,7 +44,11 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 	for _, rec := range recs {
 		p.mu.Lock()
 		id, deleting, killAt, purged := rec.jobID, rec.deleting, rec.killAt, rec.purged
+		final := rec.status != nil && (rec.status.Phase == corev1.PodSucceeded || rec.status.Phase == corev1.PodFailed)
 		p.mu.Unlock()
+		if final && !deleting {
+			continue // a terminal phase does not change: no need to read its files again
+		}
 		j, known := byID[id]
 		if id != "" && !known && !purged {
 			switch jj, err := p.cli.jobByID(ctx, id); {
@@ -63,7 +67,7 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		}
 		view := jobView{ID: id, Known: known, job: j}
 		instances := map[string][]instance{}
-		for _, c := range append(append([]corev1.Container(nil), rec.pod.Spec.InitContainers...), rec.pod.Spec.Containers...) {
+		for _, c := range containers(rec.pod) {
 			instances[c.Name] = readInstances(rec.dir, c.Name)
 		}
 		st := podStatus(rec.pod, view, instances, rec.accepted)

@@ -125,6 +125,10 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	} else {
 		rec = &record{pod: pod.DeepCopy(), dir: podDir(p.cfg.JobRoot, pod), accepted: time.Now()}
 	}
+	// The directory is written before anything is submitted: without one, no job
+	// of this pod can exist, and the lookup by name is saved.
+	_, statErr := os.Stat(filepath.Join(rec.dir, podFile))
+	submittedBefore := statErr == nil
 	flags, err := prepare(rp, p.cfg, rec)
 	if err != nil {
 		return err
@@ -140,15 +144,20 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	}()
 
 	id := ""
-	existing, err := p.cli.jobsNamed(ctx, string(pod.UID))
-	if err != nil {
-		return fmt.Errorf("slurm: pod %s: looking for its job: %w", k, err)
+	if submittedBefore {
+		existing, err := p.cli.jobsNamed(ctx, string(pod.UID))
+		if err != nil {
+			return fmt.Errorf("slurm: pod %s: looking for its job: %w", k, err)
+		}
+		if len(existing) > 0 {
+			id = existing[0].ID
+			p.log.Info("found the pod's job, not submitting it again", "pod", k, "job", id)
+		}
 	}
-	if len(existing) > 0 {
-		id = existing[0].ID
-		p.log.Info("found the pod's job, not submitting it again", "pod", k, "job", id)
-	} else if id, err = p.cli.submit(ctx, filepath.Join(rec.dir, scriptFile), flags); err != nil {
-		return fmt.Errorf("slurm: pod %s: %w", k, err)
+	if id == "" {
+		if id, err = p.cli.submit(ctx, filepath.Join(rec.dir, scriptFile), flags); err != nil {
+			return fmt.Errorf("slurm: pod %s: %w", k, err)
+		}
 	}
 	if err := writeFile(filepath.Join(rec.dir, jobIDFile), []byte(id+"\n"), 0o600); err != nil {
 		return fmt.Errorf("slurm: pod %s: %w", k, err)

@@ -96,7 +96,7 @@ func jobScript(rp *provider.ResolvedPod, opts scriptOptions) (string, error) {
 	w("podman() { command %s \"$@\"; }\n", quoteAll(opts.podman))
 	w("%s", scriptFunctions)
 	var ctrs []string
-	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	for _, c := range containers(pod) {
 		ctrs = append(ctrs, containerName(pod, c.Name))
 	}
 	w("ctrs=%s\n", quote(strings.Join(ctrs, " ")))

@@ -221,13 +221,13 @@ func podStatus(pod *corev1.Pod, j jobView, instances map[string][]instance, star
 	if st.Phase == corev1.PodRunning && running == n {
 		ready = corev1.ConditionTrue
 	}
-	init := corev1.ConditionFalse
+	initCond := corev1.ConditionFalse
 	if initialized {
-		init = corev1.ConditionTrue
+		initCond = corev1.ConditionTrue
 	}
 	st.Conditions = []corev1.PodCondition{
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
-		{Type: corev1.PodInitialized, Status: init},
+		{Type: corev1.PodInitialized, Status: initCond},
 		{Type: corev1.ContainersReady, Status: ready},
 		{Type: corev1.PodReady, Status: ready},
 	}
@@ -247,3 +247,8 @@ func terminated(in instance) *corev1.ContainerStateTerminated {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// containers lists the pod's init containers, then its app containers.
+func containers(pod *corev1.Pod) []corev1.Container {
+	return append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
+}

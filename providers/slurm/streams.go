@@ -26,7 +26,7 @@ func (p *Provider) container(namespace, name, container string) (rec *record, jo
 	p.mu.Lock()
 	pod, jobID := rec.pod, rec.jobID
 	p.mu.Unlock()
-	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	for _, c := range containers(pod) {
 		if c.Name == container {
 			return rec, jobID, readInstances(rec.dir, container), nil
 		}
