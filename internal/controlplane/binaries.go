@@ -40,6 +40,9 @@ type Binaries struct {
 	Scheduler         string
 	ControllerManager string
 	Kubectl           string
+	// KubeProxy is kube-proxy, of the same Kubernetes version, for the Service
+	// networking of pods that a CRI provider runs on this machine.
+	KubeProxy string
 }
 
 // component is one family of binaries built from one build module.
@@ -63,6 +66,7 @@ var components = []component{
 			"k8s.io/kubernetes/cmd/kube-scheduler",
 			"k8s.io/kubernetes/cmd/kube-controller-manager",
 			"k8s.io/kubernetes/cmd/kubectl",
+			"k8s.io/kubernetes/cmd/kube-proxy",
 		},
 		// Without these the binaries report v0.0.0 on /version, which confuses
 		// kubectl's version skew checks and our nodeInfo comparisons.
@@ -163,6 +167,7 @@ func EnsureBinaries(ctx context.Context, out io.Writer) (*Binaries, error) {
 		Scheduler:         filepath.Join(k, "kube-scheduler"),
 		ControllerManager: filepath.Join(k, "kube-controller-manager"),
 		Kubectl:           filepath.Join(k, "kubectl"),
+		KubeProxy:         filepath.Join(k, "kube-proxy"),
 	}, nil
 }
 
