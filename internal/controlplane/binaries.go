@@ -24,6 +24,7 @@ const (
 	MetricsServerVersion = "v0.9.0"
 	KwokVersion          = "v0.8.0"
 	HelmVersion          = "v4.3.1"
+	CoreDNSVersion       = "v1.15.0"
 )
 
 // buildmod holds one small Go module per component family, stored as .txt so that
@@ -119,6 +120,18 @@ var helm = component{
 	packages: []string{"helm.sh/helm/v4/cmd/helm"},
 	// Where Helm's own release build puts its version (`helm version`).
 	ldflags: "-s -w -X helm.sh/helm/v4/internal/version.version=" + HelmVersion,
+}
+
+// coreDNS is the cluster DNS for pods that a CRI provider runs on this machine;
+// only EnsureCoreDNS builds it. The build module's main links only the plugins
+// such a DNS needs (see buildmod/coredns/main.go.txt), not CoreDNS's full set.
+var coreDNS = component{
+	name:     "coredns",
+	version:  CoreDNSVersion,
+	packages: []string{"vkubelet.local/coredns"},
+	// Where CoreDNS's own release build puts `git describe`, which at the tag is
+	// the version (`coredns -version`).
+	ldflags: "-s -w -X github.com/coredns/coredns/coremain.GitCommit=" + CoreDNSVersion,
 }
 
 // kwokStages is the file, beside the kwok binary, holding its default stages.
@@ -221,6 +234,16 @@ func EnsureHelm(ctx context.Context, out io.Writer) (string, error) {
 		return "", err
 	}
 	return filepath.Join(dir, "helm"), nil
+}
+
+// EnsureCoreDNS returns the path of the coredns binary, building it first if the
+// cache lacks it, with the progress reporting and locking of EnsureBinaries.
+func EnsureCoreDNS(ctx context.Context, out io.Writer) (string, error) {
+	dir, err := ensureCached(ctx, coreDNS, out)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "coredns"), nil
 }
 
 // key names the cache entry: the version plus a hash of the build module, so that a
