@@ -15,7 +15,7 @@ func newControlPlaneCommand() *cobra.Command {
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "build",
-		Short: "Build (or find in the cache) etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, metrics-server, kwok (for bench --compare kwok) and helm (for the chart's tests), and print their paths",
+		Short: "Build (or find in the cache) etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kube-proxy, metrics-server, kwok (for bench --compare kwok), helm (for the chart's tests) and CoreDNS (with kube-proxy, the cluster networking of CRI pods), and print their paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := controlplane.EnsureBinaries(cmd.Context(), cmd.ErrOrStderr())
@@ -34,7 +34,11 @@ func newControlPlaneCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, p := range []string{b.Etcd, b.APIServer, b.Scheduler, b.ControllerManager, b.Kubectl, ms, kwok.Binary, helm} {
+			coredns, err := controlplane.EnsureCoreDNS(cmd.Context(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			for _, p := range []string{b.Etcd, b.APIServer, b.Scheduler, b.ControllerManager, b.Kubectl, b.KubeProxy, ms, kwok.Binary, helm, coredns} {
 				fmt.Fprintln(cmd.OutOrStdout(), p)
 			}
 			return nil
