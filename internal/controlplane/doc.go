@@ -1,8 +1,10 @@
 // Package controlplane builds, starts and stops a real Kubernetes control plane on
 // loopback: etcd, kube-apiserver and, when asked, kube-scheduler and
 // kube-controller-manager; and metrics-server (StartMetricsServer), as an aggregated
-// API on an address of the caller's choosing. It also builds kwok (EnsureKwok), the
-// node simulator `vkubelet bench --compare kwok` measures, but does not run it.
+// API on an address of the caller's choosing. It also builds, but does not run, kwok
+// (EnsureKwok), the node simulator `vkubelet bench --compare kwok` measures, helm
+// (EnsureHelm), and kube-proxy (Binaries.KubeProxy) and CoreDNS (EnsureCoreDNS) for
+// the cluster networking of CRI pods.
 //
 // The binaries are compiled from pinned versions through the Go module proxy (see
 // buildmod/) and cached outside the repository, so the first use takes minutes and
