@@ -2,6 +2,7 @@ package cri
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -20,6 +21,10 @@ const (
 	DefaultBackoffBase  = 10 * time.Second
 	DefaultBackoffMax   = 5 * time.Minute
 	DefaultSyncInterval = 500 * time.Millisecond
+	// DefaultClusterDomain and DefaultResolvConf are the kubelet's defaults of
+	// --cluster-domain and --resolv-conf.
+	DefaultClusterDomain = "cluster.local"
+	DefaultResolvConf    = "/etc/resolv.conf"
 )
 
 // Network modes of Config.Network.
@@ -58,6 +63,17 @@ type Config struct {
 	// SyncInterval is how often each pod's state is read from the runtime (and
 	// probes are considered).
 	SyncInterval Duration `json:"syncInterval,omitzero"`
+	// ClusterDNS are the IP addresses of the cluster's DNS servers, the only
+	// nameservers of pods with dnsPolicy ClusterFirst (the kubelet's --cluster-dns).
+	// Without them such pods get the node's resolver configuration, as with Default.
+	ClusterDNS []string `json:"clusterDNS,omitempty"`
+	// ClusterDomain is the cluster's DNS domain: the search list of ClusterFirst
+	// pods and the FQDN of pods with a subdomain end with it.
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// ResolvConf is the node's resolver configuration, which pods with dnsPolicy
+	// Default get (and ClusterFirst pods the search list of). Unlike the kubelet's
+	// --resolv-conf, empty means the default: there is no "no file".
+	ResolvConf string `json:"resolvConf,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string ("3s").
@@ -101,6 +117,12 @@ func (c Config) withDefaults() Config {
 	if c.SyncInterval.Duration == 0 {
 		c.SyncInterval.Duration = DefaultSyncInterval
 	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = DefaultClusterDomain
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = DefaultResolvConf
+	}
 	return c
 }
 
@@ -116,6 +138,11 @@ func (c Config) validate() error {
 	}
 	if c.SyncInterval.Duration < 0 {
 		return fmt.Errorf("syncInterval: %s is negative", c.SyncInterval)
+	}
+	for _, ip := range c.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			return fmt.Errorf("clusterDNS: %q is not an IP address", ip)
+		}
 	}
 	return nil
 }

@@ -34,8 +34,9 @@ func pullPolicy(c *corev1.Container) corev1.PullPolicy {
 	return corev1.PullIfNotPresent
 }
 
-// ensureImage makes c's image present according to its pull policy.
-func (p *Provider) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, creds []provider.RegistryCredential) error {
+// ensureImage makes c's image present according to its pull policy, pulled for
+// the pod's sandbox sb.
+func (p *Provider) ensureImage(ctx context.Context, sb *runtimeapi.PodSandboxConfig, c *corev1.Container, creds []provider.RegistryCredential) error {
 	policy := pullPolicy(c)
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	if policy != corev1.PullAlways {
@@ -57,7 +58,7 @@ func (p *Provider) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	auths := authsFor(c.Image, creds)
 	var lastErr error
 	for _, auth := range auths {
-		_, err := p.images.PullImage(pctx, &runtimeapi.PullImageRequest{Image: spec, Auth: auth, SandboxConfig: p.sandboxConfig(pod)})
+		_, err := p.images.PullImage(pctx, &runtimeapi.PullImageRequest{Image: spec, Auth: auth, SandboxConfig: sb})
 		if err == nil {
 			return nil
 		}

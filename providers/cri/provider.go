@@ -467,6 +467,10 @@ func (p *Provider) validate(pod *corev1.Pod) error {
 			return errdefs.InvalidInput("cri: pod %s: volume %q: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported", key, v.Name)
 		}
 	}
+	if pod.Spec.DNSPolicy == corev1.DNSNone && (pod.Spec.DNSConfig == nil || len(pod.Spec.DNSConfig.Nameservers) == 0) {
+		// The runtime would give such a pod the node's resolv.conf instead.
+		return errdefs.InvalidInput("cri: pod %s: dnsPolicy None needs a dnsConfig with at least one nameserver", key)
+	}
 	if !p.cfg.AllowPrivileged {
 		for _, c := range allContainers(pod) {
 			if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {

@@ -533,11 +533,15 @@ func TestAContainerCreatedButNotStartedBeforeARestartIsStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sbcfg, _, err := first.sandboxConfig(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sbs := sandboxes(t)
 	if len(sbs) != 1 {
 		t.Fatalf("%d sandboxes", len(sbs))
 	}
-	created, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sbs[0].Id, Config: ccfg, SandboxConfig: first.sandboxConfig(pod)})
+	created, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sbs[0].Id, Config: ccfg, SandboxConfig: sbcfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,10 +96,11 @@ func privileged(c *corev1.Container) bool {
 	return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 }
 
-// sandboxConfig is the CRI sandbox of the pod. It is a function of the pod only, so
-// that CreateContainer gets the same one as RunPodSandbox.
-func (p *Provider) sandboxConfig(pod *corev1.Pod) *runtimeapi.PodSandboxConfig {
-	cfg := &runtimeapi.PodSandboxConfig{
+// sandboxConfig is the CRI sandbox of the pod, a function of the pod and the
+// node's configuration, so that CreateContainer gets the same one as
+// RunPodSandbox. warnings are what the kubelet would record as the pod's events.
+func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxConfig, warnings []podWarning, err error) {
+	cfg = &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID)},
 		LogDirectory: p.podLogDir(pod),
 		Labels:       podLabels(p.nodeName, pod),
@@ -121,6 +122,9 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) *runtimeapi.PodSandboxConfig {
 		if pod.Spec.Hostname != "" {
 			cfg.Hostname = pod.Spec.Hostname
 		}
+	}
+	if cfg.DnsConfig, warnings, err = p.dnsConfig(pod); err != nil {
+		return nil, nil, err
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		cfg.Linux.SecurityContext.RunAsUser = int64Value(sc.RunAsUser)
@@ -147,7 +151,7 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) *runtimeapi.PodSandboxConfig {
 			})
 		}
 	}
-	return cfg
+	return cfg, warnings, nil
 }
 
 func int64Value(v *int64) *runtimeapi.Int64Value {

@@ -255,7 +255,20 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 		rec.sandboxErr = err.Error()
 		return false
 	}
-	resp, err := p.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: p.sandboxConfig(pod)})
+	cfg, warnings, err := p.sandboxConfig(pod)
+	for _, w := range warnings {
+		// The kubelet records these as Warning events of the pod; the provider
+		// contract has no way to, so they are logged.
+		p.log.Warn(w.message, "pod", rec.key, "reason", w.reason)
+	}
+	if err != nil {
+		rec.sandboxErr = err.Error()
+		rec.sandboxBackoff = p.nextBackoff(rec.sandboxBackoff)
+		rec.sandboxRetry = time.Now().Add(rec.sandboxBackoff)
+		p.log.Warn("configuring sandbox", "pod", rec.key, "err", err)
+		return false
+	}
+	resp, err := p.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
 		rec.sandboxErr = err.Error()
 		rec.sandboxBackoff = p.nextBackoff(rec.sandboxBackoff)
@@ -501,7 +514,11 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		p.log.Warn("starting container", "pod", rec.key, "container", c.Name, "reason", reason, "err", err)
 		return false
 	}
-	if err := p.ensureImage(ctx, pod, c, creds); err != nil {
+	sb, _, err := p.sandboxConfig(pod)
+	if err != nil {
+		return fail("CreateContainerConfigError", err)
+	}
+	if err := p.ensureImage(ctx, sb, c, creds); err != nil {
 		reason := "ErrImagePull"
 		if c.ImagePullPolicy == corev1.PullNever {
 			reason = "ErrImageNeverPull"
@@ -517,7 +534,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,
 		Config:        cfg,
-		SandboxConfig: p.sandboxConfig(pod),
+		SandboxConfig: sb,
 	})
 	if err != nil {
 		return fail("CreateContainerError", err)
