@@ -529,7 +529,7 @@ func TestAContainerCreatedButNotStartedBeforeARestartIsStarted(t *testing.T) {
 	if _, err := rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: old}); err != nil {
 		t.Fatal(err)
 	}
-	ccfg, err := first.containerConfig(pod, &pod.Spec.Containers[0], nil, 0)
+	ccfg, err := first.containerConfig(pod, &pod.Spec.Containers[0], nil, 0, before.PodIP)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,9 +118,8 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 	// runc cannot set the hostname of a container that shares the host's UTS
 	// namespace, which host-network sandboxes do.
 	if !p.hostNetwork(pod) {
-		cfg.Hostname = pod.Name
-		if pod.Spec.Hostname != "" {
-			cfg.Hostname = pod.Spec.Hostname
+		if cfg.Hostname, err = sandboxHostname(pod, p.cfg.ClusterDomain); err != nil {
+			return nil, nil, err
 		}
 	}
 	if cfg.DnsConfig, warnings, err = p.dnsConfig(pod); err != nil {
@@ -161,11 +160,19 @@ func int64Value(v *int64) *runtimeapi.Int64Value {
 	return &runtimeapi.Int64Value{Value: *v}
 }
 
-// containerConfig is the CRI container of c, the attempt-th instance.
-func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar, attempt uint32) (*runtimeapi.ContainerConfig, error) {
+// containerConfig is the CRI container of c, the attempt-th instance, in a sandbox
+// whose IP is podIP.
+func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar, attempt uint32, podIP string) (*runtimeapi.ContainerConfig, error) {
 	mounts, err := p.mounts(pod, c)
 	if err != nil {
 		return nil, err
+	}
+	hosts, err := p.hostsMount(pod, c, podIP)
+	if err != nil {
+		return nil, err
+	}
+	if hosts != nil {
+		mounts = append(mounts, hosts)
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: attempt},

@@ -527,7 +527,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	}
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	cfg, err := p.containerConfig(pod, c, env, attempt)
+	cfg, err := p.containerConfig(pod, c, env, attempt, rec.podIP)
 	if err != nil {
 		return fail("CreateContainerConfigError", err)
 	}
