@@ -174,6 +174,13 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 	if hosts != nil {
 		mounts = append(mounts, hosts)
 	}
+	term, err := p.terminationMount(pod, c, attempt)
+	if err != nil {
+		return nil, err
+	}
+	if term != nil {
+		mounts = append(mounts, term)
+	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: attempt},
 		Image:      &runtimeapi.ImageSpec{Image: c.Image},
@@ -195,6 +202,8 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 		Annotations: map[string]string{
 			"io.kubernetes.container.restartCount": strconv.Itoa(int(attempt)),
 			annotationImage:                        c.Image,
+			annotationTerminationPath:              terminationMessagePath(c),
+			annotationTerminationPolicy:            string(terminationMessagePolicy(c)),
 		},
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       resources(c),

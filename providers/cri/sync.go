@@ -172,6 +172,8 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		p.removeSandbox(sctx, rec.sandboxID)
 		cancel()
+		// Its containers are gone, and with them what their statuses showed.
+		p.removeAllTerminationFiles(pod)
 		p.mu.Lock()
 		rec.sandboxID = ""
 		p.mu.Unlock()
@@ -319,13 +321,14 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 			return cs[i].CreatedAt > cs[j].CreatedAt
 		})
 		st := rec.ctr(name)
-		if st.cur, err = p.containerStatus(ctx, cs[0].Id, st.cur); err != nil {
+		known := []*runtimeapi.ContainerStatus{st.cur, st.prev}
+		if st.cur, err = p.containerStatus(ctx, cs[0].Id, known); err != nil {
 			return err
 		}
 		pair := [2]string{cs[0].Id, ""}
 		st.prev = nil
 		if len(cs) > 1 {
-			if st.prev, err = p.containerStatus(ctx, cs[1].Id, st.prev); err != nil {
+			if st.prev, err = p.containerStatus(ctx, cs[1].Id, known); err != nil {
 				return err
 			}
 			pair[1] = cs[1].Id
@@ -335,6 +338,9 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 			if _, err := p.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: old.Id}); err != nil {
 				p.log.Warn("removing old container", "pod", rec.key, "container", name, "id", old.Id, "err", err)
 			}
+		}
+		if len(cs) > 2 {
+			p.removeTerminationFiles(pod, name, cs[1].GetMetadata().GetAttempt(), false)
 		}
 	}
 	for name, st := range rec.ctrs {
@@ -348,16 +354,20 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 	return nil
 }
 
-// containerStatus asks the runtime for a container's status, unless cached is the
-// same container already exited (its status cannot change any more).
-func (p *Provider) containerStatus(ctx context.Context, id string, cached *runtimeapi.ContainerStatus) (*runtimeapi.ContainerStatus, error) {
-	if cached != nil && cached.Id == id && cached.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-		return cached, nil
+// containerStatus asks the runtime for a container's status, unless one of known
+// is the same container already exited (its status cannot change any more). The
+// status of an exited container carries its termination message.
+func (p *Provider) containerStatus(ctx context.Context, id string, known []*runtimeapi.ContainerStatus) (*runtimeapi.ContainerStatus, error) {
+	for _, k := range known {
+		if k != nil && k.Id == id && k.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			return k, nil
+		}
 	}
 	resp, err := p.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
 		return nil, err
 	}
+	addTerminationMessage(ctx, resp.Status)
 	return resp.Status, nil
 }
 
@@ -529,6 +539,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	defer cancel()
 	cfg, err := p.containerConfig(pod, c, env, attempt, rec.podIP)
 	if err != nil {
+		p.removeTerminationFiles(pod, c.Name, attempt, true)
 		return fail("CreateContainerConfigError", err)
 	}
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
@@ -537,10 +548,12 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		SandboxConfig: sb,
 	})
 	if err != nil {
+		p.removeTerminationFiles(pod, c.Name, attempt, true)
 		return fail("CreateContainerError", err)
 	}
 	if _, err := p.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
 		_, _ = p.runtime.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: created.ContainerId})
+		p.removeTerminationFiles(pod, c.Name, attempt, true)
 		return fail("RunContainerError", err)
 	}
 	if !restart {
