@@ -15,6 +15,11 @@
 // status computed from what the runtime reports (status.go) and pushed to the
 // NotifyPods callback when it changes.
 //
+// Where the runtime leaves it to the kubelet, the provider does what the kubelet
+// does: the sandbox's DNS configuration from the pod's dnsPolicy (dns.go), the
+// pod's /etc/hosts (hosts.go), and the containers' termination messages
+// (termination.go). docs/CRI.md describes them and the Config.
+//
 // Volumes live under Config.RootDir/pods/<uid>/volumes: emptyDirs, and the files of
 // configMap, secret, downwardAPI and projected volumes from the resolved pod, written
 // the kubelet's way (a ..data symlink swapped atomically) so UpdatePodVolumes changes
