@@ -20,8 +20,8 @@ import (
 )
 
 const (
-	// serviceCIDR is the ClusterIP range; serviceClusterIP is the `kubernetes` Service.
-	serviceCIDR      = "10.0.0.0/24"
+	// ServiceCIDR is the ClusterIP range; serviceClusterIP is the `kubernetes` Service.
+	ServiceCIDR      = "10.0.0.0/24"
 	serviceClusterIP = "10.0.0.1"
 	// serviceAccountIssuer is the iss claim of service-account tokens.
 	serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
@@ -273,7 +273,7 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-account-key-file=" + cp.PKI.ServiceAccountPub,
 		"--service-account-signing-key-file=" + cp.PKI.ServiceAccountKey,
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		// Nodes are confined as in a production cluster: the Node authorizer and
 		// the NodeRestriction admission plugin, and bootstrap tokens for their
 		// TLS bootstrap (see NodeBootstrapKubeconfig).
@@ -455,3 +455,18 @@ func mustFreePort() int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// UserKubeconfig issues a client certificate of the cluster CA for user (and
+// groups) and writes a kubeconfig with it as <name>.kubeconfig: the credential of
+// a component the caller runs itself (kube-proxy as system:kube-proxy, say), which
+// RBAC then confines.
+func (cp *ControlPlane) UserKubeconfig(name, user string, groups ...string) (string, error) {
+	cert, key, err := cp.PKI.issueClient(name, user, groups...)
+	if err != nil {
+		return "", err
+	}
+	return cp.writeKubeconfig(name+".kubeconfig", cert, key)
+}
+
+// APIPort is the port the API server listens on, on 127.0.0.1.
+func (cp *ControlPlane) APIPort() int { return cp.apiPort }
