@@ -92,14 +92,18 @@ func MockConfig(t testing.TB, name string, mockCfg mock.Config) agent.Config {
 // on env's containerd, against the package's control plane: its serving
 // certificate from the cluster (approved by the node), quick leases and polls,
 // logs discarded.
-func CRIConfig(t testing.TB, name string, env *crienv.Env) agent.Config {
+func CRIConfig(t testing.TB, name string, env *crienv.Env, edits ...func(*cri.Config)) agent.Config {
 	t.Helper()
-	cfg := config(t, name, "cri", cri.Config{
+	criCfg := cri.Config{
 		RuntimeEndpoint: env.Socket,
 		RootDir:         t.TempDir(),
 		BackoffBase:     cri.Duration{Duration: time.Second},
 		SyncInterval:    cri.Duration{Duration: 200 * time.Millisecond},
-	})
+	}
+	for _, edit := range edits {
+		edit(&criCfg)
+	}
+	cfg := config(t, name, "cri", criCfg)
 	cfg.PodSyncWorkers, cfg.ApproveServingCSR = 4, true
 	return cfg
 }

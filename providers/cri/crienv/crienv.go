@@ -41,6 +41,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/vkubelet/vkubelet/internal/netns"
 	"github.com/vkubelet/vkubelet/internal/spawn"
 )
 
@@ -64,16 +65,36 @@ type Env struct {
 	PrivateBusybox string // the same image, only with PrivateUser/PrivatePassword
 	Pause          string // the sandbox image: sleeps forever
 
-	cmd      *exec.Cmd
-	done     chan error
-	server   *http.Server
-	bridge   string
-	ContLogs string // containerd's log file
+	// PodCIDR is the pod network of the CNI bridge: pods get their IPs from it.
+	PodCIDR string
+
+	cmd       *exec.Cmd
+	done      chan error
+	server    *http.Server
+	bridge    string
+	link      *netns.Link
+	forwarder *netns.Forwarder // the registry, inside link's namespace
+	ContLogs  string           // containerd's log file
+}
+
+// Options change where containerd runs.
+type Options struct {
+	// Netns, if set, runs containerd inside this network namespace, as on a node
+	// of its own: the CNI bridge and the pods' network live there, out of the
+	// host's way, so that a kube-proxy in the same namespace can program their
+	// Services without touching the host's firewall or another node's. The
+	// registry is forwarded into the namespace, CRI streaming (exec, attach,
+	// port-forward) listens on the namespace's address, and the host routes the
+	// pod network into the namespace (for probes, and the API server's proxy).
+	Netns *netns.Link
 }
 
 // Start builds the images, starts the registry and containerd, and waits until the
 // CRI answers. It fails with a clear message when a prerequisite is missing.
-func Start(ctx context.Context) (*Env, error) {
+func Start(ctx context.Context) (*Env, error) { return StartWith(ctx, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, opts Options) (*Env, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("crienv: containerd needs root")
 	}
@@ -89,9 +110,17 @@ func Start(ctx context.Context) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), done: make(chan error, 1)}
+	e := &Env{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), done: make(chan error, 1), link: opts.Netns}
 	if err := e.serveImages(); err != nil {
 		return nil, err
+	}
+	if e.link != nil {
+		// The same address inside the namespace, so that image references and
+		// containerd's registry configuration hold on both sides.
+		if e.forwarder, err = e.link.Forward(e.Registry, e.Registry); err != nil {
+			e.Stop()
+			return nil, fmt.Errorf("crienv: %w", err)
+		}
 	}
 	if err := e.startContainerd(ctx); err != nil {
 		e.Stop()
@@ -271,6 +300,12 @@ func (headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (e *Env) startContainerd(ctx context.Context) error {
 	// A bridge of our own, so that parallel runs do not share one.
 	e.bridge = fmt.Sprintf("vkb%d", os.Getpid()%100000)
+	e.PodCIDR = fmt.Sprintf("10.244.%d.0/24", freeSubnet())
+	streamAddress := "127.0.0.1"
+	if e.link != nil {
+		e.bridge = "cni0" // alone in its namespace
+		streamAddress = e.link.NodeIP
+	}
 	dirs := map[string]string{
 		"certs": filepath.Join(e.Dir, "certs.d", e.Registry),
 		"cni":   filepath.Join(e.Dir, "cni", "net.d"),
@@ -295,9 +330,9 @@ func (e *Env) startContainerd(ctx context.Context) error {
 	}
 	cni := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "crienv", "plugins": [
   {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.244.%d.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+   "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}
-]}`, e.bridge, dirs["ipam"], freeSubnet())
+]}`, e.bridge, dirs["ipam"], e.PodCIDR)
 	if err := os.WriteFile(filepath.Join(dirs["cni"], "10-crienv.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
@@ -315,7 +350,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %[5]q
   restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
+  stream_server_address = %[9]q
   stream_server_port = "0"
   enable_selinux = false
   max_container_log_line_size = 16384
@@ -330,7 +365,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %[8]q
 `, filepath.Join(e.Dir, "root"), filepath.Join(e.Dir, "state"), e.Socket, e.Socket+".ttrpc",
-		e.Pause, CNIBinDir, dirs["cni"], filepath.Join(e.Dir, "certs.d"))
+		e.Pause, CNIBinDir, dirs["cni"], filepath.Join(e.Dir, "certs.d"), streamAddress)
 	cfgPath := filepath.Join(e.Dir, "containerd.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -342,6 +377,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	}
 	defer logf.Close()
 	e.cmd = exec.Command("containerd", "--config", cfgPath)
+	if e.link != nil {
+		e.cmd = e.link.Command("containerd", "--config", cfgPath)
+		if err := e.link.Route(e.PodCIDR); err != nil {
+			return fmt.Errorf("crienv: %w", err)
+		}
+	}
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	if err := spawn.Start(e.cmd); err != nil {
 		return fmt.Errorf("crienv: start containerd: %w", err)
@@ -386,7 +427,8 @@ func removePodCgroups(uid string) {
 }
 
 // freeSubnet picks X for a 10.244.X.0/24 pod network that no interface of the host
-// is on yet, so that parallel test processes get a network each.
+// is on yet and no route of the host leads to (a network in a namespace), so that
+// parallel test processes get a network each.
 func freeSubnet() int {
 	used := map[int]bool{}
 	if addrs, err := net.InterfaceAddrs(); err == nil {
@@ -398,6 +440,9 @@ func freeSubnet() int {
 			}
 		}
 	}
+	for _, x := range routedSubnets() {
+		used[x] = true
+	}
 	start := os.Getpid() % 100
 	for i := range 100 {
 		if x := 100 + (start+i)%100; !used[x] {
@@ -405,6 +450,27 @@ func freeSubnet() int {
 		}
 	}
 	return 100 + start
+}
+
+// routedSubnets lists X of the host's routes to 10.244.X.0/24.
+func routedSubnets() []int {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return nil
+	}
+	var xs []int
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 8 || len(f[1]) != 8 {
+			continue
+		}
+		// Destination in hex, little-endian: 10.244.X.0 is 00 X F4 0A.
+		var d [4]byte
+		if _, err := fmt.Sscanf(f[1], "%02x%02x%02x%02x", &d[3], &d[2], &d[1], &d[0]); err == nil && d[0] == 10 && d[1] == 244 {
+			xs = append(xs, int(d[2]))
+		}
+	}
+	return xs
 }
 
 func (e *Env) logTail() string {
@@ -483,10 +549,15 @@ func (e *Env) Stop() {
 			<-e.done
 		}
 	}
+	if e.forwarder != nil {
+		_ = e.forwarder.Close()
+	}
 	if e.server != nil {
 		_ = e.server.Close()
 	}
-	if e.bridge != "" {
+	if e.link != nil && e.PodCIDR != "" {
+		_ = exec.Command("ip", "route", "delete", e.PodCIDR, "via", e.link.NodeIP).Run()
+	} else if e.bridge != "" {
 		_ = exec.Command("ip", "link", "delete", e.bridge).Run()
 	}
 	// Snapshots that containerd left mounted would make RemoveAll fail.
