@@ -10,6 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -194,8 +199,40 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 			return err
 		}
 		return conn.Close()
+	case pr.GRPC != nil:
+		service := ""
+		if pr.GRPC.Service != nil {
+			service = *pr.GRPC.Service
+		}
+		addr := net.JoinHostPort(p.probeHost(rec, pod), strconv.Itoa(int(pr.GRPC.Port)))
+		return grpcProbe(ctx, addr, service, timeout)
 	}
-	return fmt.Errorf("probe type not supported (exec, httpGet and tcpSocket are)")
+	return fmt.Errorf("probe type not supported (exec, httpGet, tcpSocket and grpc are)")
+}
+
+// grpcProbe asks the gRPC server at addr, without TLS as the kubelet does, for
+// the health of service with the standard protocol (grpc.health.v1.Health/Check):
+// healthy when it answers SERVING within timeout.
+func grpcProbe(ctx context.Context, addr, service string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUserAgent("kube-probe/vkubelet"))
+	if err != nil {
+		return fmt.Errorf("gRPC probe of %s: %w", addr, err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return fmt.Errorf("gRPC probe of %s: the server does not implement grpc.health.v1.Health", addr)
+	case err != nil:
+		return fmt.Errorf("gRPC probe of %s: %w", addr, err)
+	case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+		return fmt.Errorf("gRPC probe of %s: service %q is %s", addr, service, resp.GetStatus())
+	}
+	return nil
 }
 
 // probeHost is where network probes connect: the pod's IP, or the loopback address

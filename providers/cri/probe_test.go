@@ -1,0 +1,110 @@
+package cri
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+// grpcServer serves gRPC on addr (the health service too when hs is set) until the
+// test ends, and returns its port.
+func grpcServer(t *testing.T, addr string, hs *health.Server) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	if hs != nil {
+		healthpb.RegisterHealthServer(srv, hs)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestGRPCProbeAsksTheHealthService(t *testing.T) {
+	hs := health.NewServer() // "" is SERVING
+	hs.SetServingStatus("up", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("down", healthpb.HealthCheckResponse_NOT_SERVING)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcServer(t, "127.0.0.1:0", hs)))
+	bare := net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcServer(t, "127.0.0.1:0", nil)))
+	closed := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	cases := []struct {
+		addr, service string
+		wantErr       string // "" for healthy
+	}{
+		{addr, "", ""},
+		{addr, "up", ""},
+		{addr, "down", "NOT_SERVING"},
+		{addr, "unknown", "NotFound"},
+		{bare, "", "does not implement grpc.health.v1.Health"},
+		{closed, "", "Unavailable"},
+	}
+	for _, c := range cases {
+		err := grpcProbe(context.Background(), c.addr, c.service, 2*time.Second)
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("probe of %q at %s: %v, want healthy", c.service, c.addr, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("probe of %q at %s: %v, want an error with %q", c.service, c.addr, err, c.wantErr)
+		}
+	}
+}
+
+// Against containerd: gRPC probes reach the pod at its IP (the pod relays them
+// to a health server of the test): readiness follows the service's status, and a
+// liveness probe whose server stops serving restarts the container.
+func TestGRPCProbes(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	ctx := context.Background()
+	hs := health.NewServer()
+	hs.SetServingStatus("app", healthpb.HealthCheckResponse_NOT_SERVING)
+	port := grpcServer(t, "0.0.0.0:0", hs)
+
+	// nc relays each connection to port 9000 of the pod to the test's server,
+	// through the pod's default gateway (the host).
+	pod := busyboxPod("grpc", `gw=$(ip route | awk '/^default/ {print $3}'); exec nc -ll -p 9000 -e nc "$gw" `+strconv.Itoa(port))
+	probe := func(service string) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ptr.To(service)}},
+			PeriodSeconds: 1, FailureThreshold: 2, TimeoutSeconds: 2,
+		}
+	}
+	pod.Spec.Containers[0].ReadinessProbe = probe("app")
+	pod.Spec.Containers[0].LivenessProbe = probe("")
+	pod.Spec.Containers[0].LivenessProbe.FailureThreshold = 3
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, pod, 60*time.Second, "Running", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodRunning })
+	if st.PodIP == "" || st.PodIP == st.HostIP {
+		t.Fatalf("podIP = %q (hostIP %q): not a pod of the CNI network", st.PodIP, st.HostIP)
+	}
+	// Three probe periods while "app" is NOT_SERVING: never Ready, never restarted.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		st, _ := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
+		if cs := st.ContainerStatuses[0]; cs.Ready || cs.RestartCount > 0 {
+			t.Fatalf("with app NOT_SERVING and the server SERVING: %s", describe(st))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	hs.SetServingStatus("app", healthpb.HealthCheckResponse_SERVING)
+	waitRunningReady(t, p, pod)
+
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	waitStatus(t, p, pod, 60*time.Second, "a restart for liveness", func(s *corev1.PodStatus) bool {
+		return s.ContainerStatuses[0].RestartCount >= 1
+	})
+}
