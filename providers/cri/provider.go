@@ -244,12 +244,12 @@ func (p *Provider) recover(ctx context.Context) error {
 		}
 		if err != nil || saved.Pod == nil {
 			p.log.Warn("removing the files of an unknown pod", "uid", uid, "err", err)
-			_ = os.RemoveAll(p.podDir(types.UID(uid)))
+			_ = p.removePodDir(types.UID(uid))
 			continue
 		}
 		rec := newPodRecord(&provider.ResolvedPod{Pod: saved.Pod, Env: saved.Env, PullCredentials: saved.PullCredentials, Volumes: saved.Volumes}, time.Now())
 		if _, dup := p.pods[rec.key]; dup {
-			_ = os.RemoveAll(p.podDir(types.UID(uid)))
+			_ = p.removePodDir(types.UID(uid))
 			continue
 		}
 		p.pods[rec.key] = rec

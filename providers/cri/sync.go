@@ -626,7 +626,7 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 	rec.sandboxReady, rec.killed = false, true
 	status := computeStatus(rec, pod, p.hostIPNow())
 	p.publish(rec, status)
-	if err := os.RemoveAll(p.podDir(rec.uid)); err != nil {
+	if err := p.removePodDir(rec.uid); err != nil {
 		p.log.Warn("removing pod files", "pod", rec.key, "err", err)
 	}
 	_ = os.RemoveAll(p.podLogDir(pod))

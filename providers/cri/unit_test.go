@@ -76,20 +76,24 @@ func TestResourcesConvertLikeTheKubelet(t *testing.T) {
 
 func TestLoadConfigDefaultsAndRejectsUnknownFields(t *testing.T) {
 	cfg, err := LoadConfig("")
-	if err != nil || cfg.RuntimeEndpoint != DefaultRuntimeEndpoint || cfg.BackoffBase.Duration != DefaultBackoffBase || cfg.Network != NetworkCNI {
+	if err != nil || cfg.RuntimeEndpoint != DefaultRuntimeEndpoint || cfg.BackoffBase.Duration != DefaultBackoffBase || cfg.Network != NetworkCNI ||
+		cfg.ClusterDomain != "cluster.local" || cfg.ResolvConf != "/etc/resolv.conf" || cfg.ClusterDNS != nil {
 		t.Errorf("defaults = %+v, %v", cfg, err)
 	}
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")
-	os.WriteFile(good, []byte(`{"runtimeEndpoint": "/x.sock", "network": "host", "pods": "20", "backoffBase": "1s"}`), 0o644)
+	os.WriteFile(good, []byte(`{"runtimeEndpoint": "/x.sock", "network": "host", "pods": "20", "backoffBase": "1s",
+		"clusterDNS": ["10.96.0.10", "fd00::a"], "clusterDomain": "k8s.example", "resolvConf": ""}`), 0o644)
 	cfg, err = LoadConfig(good)
-	if err != nil || cfg.endpoint() != "unix:///x.sock" || cfg.Network != NetworkHost || cfg.BackoffBase.Duration != time.Second {
+	if err != nil || cfg.endpoint() != "unix:///x.sock" || cfg.Network != NetworkHost || cfg.BackoffBase.Duration != time.Second ||
+		len(cfg.ClusterDNS) != 2 || cfg.ClusterDomain != "k8s.example" || cfg.ResolvConf != DefaultResolvConf {
 		t.Errorf("config = %+v, %v", cfg, err)
 	}
 	for name, body := range map[string]string{
 		"unknown": `{"runtimeEndpont": "/x.sock"}`,
 		"network": `{"network": "bridge"}`,
 		"backoff": `{"backoffBase": "10m", "backoffMax": "1m"}`,
+		"dns":     `{"clusterDNS": ["kube-dns"]}`,
 	} {
 		path := filepath.Join(dir, name+".json")
 		os.WriteFile(path, []byte(body), 0o644)

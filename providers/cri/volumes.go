@@ -1,14 +1,18 @@
 package cri
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vkubelet/vkubelet/provider"
 )
@@ -56,6 +60,11 @@ func (p *Provider) volumeHostPath(pod *corev1.Pod, vol *corev1.Volume) (string, 
 		dir := p.volumeDir(pod, vol.Name)
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return "", false, err
+		}
+		if vol.EmptyDir.Medium == corev1.StorageMediumMemory {
+			if err := p.mountTmpfs(dir, memoryVolumeSize(pod, vol.EmptyDir, p.nodeMemory())); err != nil {
+				return "", false, fmt.Errorf("emptyDir %q: %w", vol.Name, err)
+			}
 		}
 		// World-writable whatever the umask, as the kubelet makes it: containers
 		// running as another user than root (the vkubelet image's 65532, for
@@ -157,4 +166,148 @@ func writeAtomic(dir string, files []provider.VolumeFile) error {
 		_ = os.RemoveAll(filepath.Join(dir, old))
 	}
 	return nil
+}
+
+// memoryVolumeSize is the size of the tmpfs of a memory-backed emptyDir, as the
+// kubelet sizes it: the node's memory, or the pod's memory limit if lower (when
+// all its containers have one), or the volume's sizeLimit if lower still. 0, for
+// a node whose memory is unknown and nothing else set, leaves the kernel's
+// default (half the memory).
+func memoryVolumeSize(pod *corev1.Pod, ed *corev1.EmptyDirVolumeSource, nodeMemory int64) int64 {
+	size := nodeMemory
+	lower := func(v int64) {
+		if v > 0 && (size <= 0 || v <= size) {
+			size = v
+		}
+	}
+	lower(podMemoryLimit(pod))
+	if ed.SizeLimit != nil {
+		lower(ed.SizeLimit.Value())
+	}
+	return size
+}
+
+// podMemoryLimit is the most memory the pod's containers may use together, as
+// the kubelet computes its cgroup's limit: the app containers and sidecars at
+// once, or an init container with the sidecars started before it, whichever is
+// more. 0 when a container has no memory limit.
+func podMemoryLimit(pod *corev1.Pod) int64 {
+	limit := func(c *corev1.Container) (int64, bool) {
+		q, ok := c.Resources.Limits[corev1.ResourceMemory]
+		return q.Value(), ok
+	}
+	var sidecars, initMax int64
+	for i := range pod.Spec.InitContainers {
+		l, ok := limit(&pod.Spec.InitContainers[i])
+		if !ok {
+			return 0
+		}
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			sidecars += l
+		}
+		initMax = max(initMax, sidecars+l)
+	}
+	apps := sidecars
+	for i := range pod.Spec.Containers {
+		l, ok := limit(&pod.Spec.Containers[i])
+		if !ok {
+			return 0
+		}
+		apps += l
+	}
+	return max(apps, initMax)
+}
+
+// nodeMemory is the node's memory in bytes, 0 if unknown.
+func (p *Provider) nodeMemory() int64 {
+	mem, err := memTotal()
+	if err != nil {
+		return 0
+	}
+	return int64(mem)
+}
+
+// mountTmpfs mounts a tmpfs of size bytes (0: the kernel's default) on dir,
+// unless dir is a mount point already (the volume of a container started before).
+func (p *Provider) mountTmpfs(dir string, size int64) error {
+	var st, parent unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return err
+	}
+	if err := unix.Stat(filepath.Dir(dir), &parent); err != nil {
+		return err
+	}
+	if st.Dev != parent.Dev {
+		return nil
+	}
+	opts := ""
+	if size > 0 {
+		opts = "size=" + strconv.FormatInt(size, 10)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
+		return fmt.Errorf("mounting a tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// removePodDir removes the pod's directory, unmounting first what is mounted
+// under it (the tmpfs of its memory-backed emptyDirs), deepest first.
+func (p *Provider) removePodDir(uid types.UID) error {
+	dir := p.podDir(uid)
+	mounts, err := mountPointsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if err := unix.Unmount(m, 0); err != nil {
+			// Busy: let it go when its last user does.
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmounting %s: %w", m, err)
+			}
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// mountPointsUnder lists the mount points at or below dir, deepest first.
+func mountPointsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, sc.Err()
+}
+
+// unescapeMountPath undoes the octal escapes (\040 for a space) of mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
