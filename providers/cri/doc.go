@@ -20,10 +20,11 @@
 // pod's /etc/hosts (hosts.go), and the containers' termination messages
 // (termination.go). docs/CRI.md describes them and the Config.
 //
-// Volumes live under Config.RootDir/pods/<uid>/volumes: emptyDirs, and the files of
-// configMap, secret, downwardAPI and projected volumes from the resolved pod, written
-// the kubelet's way (a ..data symlink swapped atomically) so UpdatePodVolumes changes
-// them under running containers. hostPath volumes are bind-mounted as they are.
+// Volumes live under Config.RootDir/pods/<uid>/volumes: emptyDirs (a tmpfs for medium
+// Memory), and the files of configMap, secret, downwardAPI and projected volumes from
+// the resolved pod, written the kubelet's way (a ..data symlink swapped atomically)
+// so UpdatePodVolumes changes them under running containers. hostPath volumes are
+// bind-mounted as they are.
 //
 // DeletePod returns at once; the pod's goroutine stops the containers with the grace
 // period, then stops and removes the sandbox and the pod's files, and the pod is gone
