@@ -110,7 +110,9 @@ func TestTerminationMessages(t *testing.T) {
 	bye := busyboxPod("bye", "printf bye > /dev/termination-log; exit 3")
 	bye.Spec.RestartPolicy = corev1.RestartPolicyNever
 	bye.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To(int64(65534))}
-	logs := busyboxPod("logs", "echo first; echo last >&2; exit 1")
+	// Both lines to stdout: stdout and stderr are copied to the log apart, in no
+	// set order.
+	logs := busyboxPod("logs", "echo first; echo last; exit 1")
 	logs.Spec.RestartPolicy = corev1.RestartPolicyNever
 	logs.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	again := busyboxPod("again", `printf "seen:[$(cat /dev/termination-log)]" > /dev/termination-log; exit 2`)
