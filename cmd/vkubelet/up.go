@@ -16,8 +16,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vkubelet/vkubelet/internal/agent"
+	"github.com/vkubelet/vkubelet/internal/clusternet"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/netns"
+	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
@@ -80,17 +82,39 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				}
 			}()
 			cfg := f.cfg
+			var link *netns.Link
+			if useNetns {
+				// The API server will not proxy nodes/<n>/proxy/... to a loopback
+				// address; give the nodes one of their own on this machine, each
+				// node a port of it.
+				if link, err = netns.Create("vkubelet"); err != nil {
+					return fmt.Errorf("--netns: %w", err)
+				}
+				defer link.Remove()
+			}
+			var criEnv *crienv.Env
 			if cfg.Provider == "cri" && cfg.ProviderConfig == "" {
 				// No runtime given: run a private containerd with a local registry
 				// that serves busybox, so pods run on a machine without internet.
-				env, err := crienv.Start(ctx)
+				// With --netns, containerd and the pods' network live in the
+				// node's namespace, where kube-proxy and CoreDNS serve them
+				// (started below, once the node is registered).
+				env, err := crienv.StartWith(ctx, crienv.Options{Netns: link})
 				if err != nil {
 					return fmt.Errorf("--provider cri: starting containerd: %w", err)
 				}
 				defer env.Stop()
+				criEnv = env
+				criCfg := cri.Config{RuntimeEndpoint: env.Socket, RootDir: filepath.Join(dir, "cri")}
+				if link != nil {
+					criCfg.ClusterDNS, criCfg.ClusterDomain = []string{clusternet.DNSServiceIP}, clusternet.ClusterDomain
+				}
+				b, err := json.Marshal(criCfg)
+				if err != nil {
+					return err
+				}
 				cfg.ProviderConfig = filepath.Join(dir, "cri-provider.json")
-				conf := fmt.Sprintf(`{"runtimeEndpoint": %q, "rootDir": %q}`, env.Socket, filepath.Join(dir, "cri"))
-				if err := os.WriteFile(cfg.ProviderConfig, []byte(conf), 0o644); err != nil {
+				if err := os.WriteFile(cfg.ProviderConfig, b, 0o644); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
@@ -152,15 +176,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 					configs[i].CertDir = filepath.Join(cfg.CertDir, configs[i].NodeName)
 				}
 			}
-			if useNetns {
-				// The API server will not proxy nodes/<n>/proxy/... to a loopback
-				// address; give the nodes one of their own on this machine, each
-				// node a port of it.
-				link, err := netns.Create("vkubelet")
-				if err != nil {
-					return fmt.Errorf("--netns: %w", err)
-				}
-				defer link.Remove()
+			if link != nil {
 				for i := range configs {
 					port := int(cfg.KubeletPort)
 					if i > 0 {
@@ -180,7 +196,16 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				log.Warn("kubectl top is unavailable: metrics-server runs only with --netns, as the API server will not proxy metrics.k8s.io to a loopback address")
 			}
 			started := time.Now()
+			var network *clusternet.Network
+			defer func() {
+				if network != nil {
+					network.Stop()
+				}
+			}()
 			err = runUpNodes(ctx, configs, func() {
+				if criEnv != nil && link != nil {
+					network = startClusterNetwork(ctx, cmd.ErrOrStderr(), log, cp, link, configs[0].NodeName, criEnv.PodCIDR, dir)
+				}
 				names := make([]string, len(configs))
 				for i, c := range configs {
 					names[i] = c.NodeName
@@ -227,6 +252,21 @@ func runUpNodes(ctx context.Context, configs []agent.Config, ready func()) error
 		return nil
 	})
 	return g.Wait()
+}
+
+// startClusterNetwork runs kube-proxy and CoreDNS in the node's namespace, which
+// give the CRI provider's pods Services and cluster DNS. It runs once the node
+// has registered (kube-proxy waits for its address). Pods run without it, so a
+// failure is only reported.
+func startClusterNetwork(ctx context.Context, out io.Writer, log *slog.Logger, cp *controlplane.ControlPlane, link *netns.Link, node, podCIDR, dir string) *clusternet.Network {
+	n, err := clusternet.Start(ctx, clusternet.Config{
+		ControlPlane: cp, Link: link, NodeName: node, PodCIDR: podCIDR, Dir: filepath.Join(dir, "clusternet"), Out: out,
+	})
+	if err != nil {
+		log.Error("pods have no Services and no cluster DNS: kube-proxy and CoreDNS did not start", "error", err)
+		return nil
+	}
+	return n
 }
 
 // startMetricsServer runs metrics-server for `kubectl top` on the host's end of the

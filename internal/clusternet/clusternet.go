@@ -127,6 +127,8 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 			return nil, err
 		}
 		n.ownsDir = true
+	} else if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return nil, err
 	}
 	started := time.Now()
 	if err := n.start(ctx, coredns); err != nil {
