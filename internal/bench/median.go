@@ -106,3 +106,20 @@ func median(v []float64) float64 {
 	sort.Float64s(s)
 	return s[(len(s)-1)/2]
 }
+
+// medianFigures is the median of n runs' figures of one path, figure by figure.
+func medianFigures(n int, get func(i int) PathFigures) PathFigures {
+	pick := func(f func(PathFigures) float64) float64 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = f(get(i))
+		}
+		return median(v)
+	}
+	return PathFigures{
+		PodsPerS: pick(func(f PathFigures) float64 { return f.PodsPerS }),
+		Seconds:  pick(func(f PathFigures) float64 { return f.Seconds }),
+		P50ms:    pick(func(f PathFigures) float64 { return f.P50ms }),
+		P99ms:    pick(func(f PathFigures) float64 { return f.P99ms }),
+	}
+}

@@ -28,15 +28,16 @@ type SlurmResult struct {
 	Pods int `json:"pods"`
 	// Sbatch is the raw path: each pod's job script, written as the provider
 	// writes it, submitted by sbatch; "Running" is when its container started.
-	Sbatch SlurmFigures `json:"sbatch"`
+	Sbatch PathFigures `json:"sbatch"`
 	// Vkubelet is the pod created in the API until it is seen Running there.
-	Vkubelet SlurmFigures `json:"vkubelet"`
+	Vkubelet PathFigures `json:"vkubelet"`
 	// Overhead is vkubelet's time to start every pod over sbatch's, less one.
 	Overhead float64 `json:"overhead"`
 }
 
-// SlurmFigures are one path's throughput and latency.
-type SlurmFigures struct {
+// PathFigures are one path's throughput and latency: a raw back end's (sbatch,
+// the CRI) or the same pods' through a node.
+type PathFigures struct {
 	PodsPerS float64 `json:"pods_per_s"`
 	Seconds  float64 `json:"seconds"`
 	P50ms    float64 `json:"p50_ms"`
@@ -125,8 +126,8 @@ func RunSlurm(ctx context.Context, cfg Config) (*SlurmResult, error) {
 	return res, nil
 }
 
-func figures(pods int, lat []time.Duration, span time.Duration) SlurmFigures {
-	f := SlurmFigures{Seconds: span.Seconds(), P50ms: percentile(lat, 50), P99ms: percentile(lat, 99)}
+func figures(pods int, lat []time.Duration, span time.Duration) PathFigures {
+	f := PathFigures{Seconds: span.Seconds(), P50ms: percentile(lat, 50), P99ms: percentile(lat, 99)}
 	if span > 0 {
 		f.PodsPerS = float64(pods) / span.Seconds()
 	}
@@ -135,7 +136,7 @@ func figures(pods int, lat []time.Duration, span time.Duration) SlurmFigures {
 
 // measureSbatch submits each pod's job with sbatch, as the provider would, and
 // waits until every job's container has started.
-func measureSbatch(ctx context.Context, cfg Config, env *slurmenv.Env, pcfg slurm.Config, tmpl *podTemplate) (SlurmFigures, error) {
+func measureSbatch(ctx context.Context, cfg Config, env *slurmenv.Env, pcfg slurm.Config, tmpl *podTemplate) (PathFigures, error) {
 	pcfg.JobRoot = filepath.Join(env.Dir, "raw")
 	var mu sync.Mutex
 	asked := map[string]time.Time{}
@@ -161,7 +162,7 @@ func measureSbatch(ctx context.Context, cfg Config, env *slurmenv.Env, pcfg slur
 		return nil
 	})
 	if err != nil {
-		return SlurmFigures{}, err
+		return PathFigures{}, err
 	}
 	seen := map[string]time.Time{}
 	deadline := time.Now().Add(podTimeout(cfg.Pods))
@@ -174,11 +175,11 @@ func measureSbatch(ctx context.Context, cfg Config, env *slurmenv.Env, pcfg slur
 			}
 		}
 		if time.Now().After(deadline) {
-			return SlurmFigures{}, fmt.Errorf("%d of %d jobs' containers started within %s", len(seen), len(started), podTimeout(cfg.Pods))
+			return PathFigures{}, fmt.Errorf("%d of %d jobs' containers started within %s", len(seen), len(started), podTimeout(cfg.Pods))
 		}
 		select {
 		case <-ctx.Done():
-			return SlurmFigures{}, ctx.Err()
+			return PathFigures{}, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -234,12 +235,8 @@ func MedianSlurm(runs []*SlurmResult) *SlurmResult {
 		return median(v)
 	}
 	out := &SlurmResult{Pods: runs[0].Pods}
-	out.Sbatch = SlurmFigures{PodsPerS: pick(func(r *SlurmResult) float64 { return r.Sbatch.PodsPerS }),
-		Seconds: pick(func(r *SlurmResult) float64 { return r.Sbatch.Seconds }),
-		P50ms:   pick(func(r *SlurmResult) float64 { return r.Sbatch.P50ms }), P99ms: pick(func(r *SlurmResult) float64 { return r.Sbatch.P99ms })}
-	out.Vkubelet = SlurmFigures{PodsPerS: pick(func(r *SlurmResult) float64 { return r.Vkubelet.PodsPerS }),
-		Seconds: pick(func(r *SlurmResult) float64 { return r.Vkubelet.Seconds }),
-		P50ms:   pick(func(r *SlurmResult) float64 { return r.Vkubelet.P50ms }), P99ms: pick(func(r *SlurmResult) float64 { return r.Vkubelet.P99ms })}
+	out.Sbatch = medianFigures(len(runs), func(i int) PathFigures { return runs[i].Sbatch })
+	out.Vkubelet = medianFigures(len(runs), func(i int) PathFigures { return runs[i].Vkubelet })
 	out.Overhead = pick(func(r *SlurmResult) float64 { return r.Overhead })
 	return out
 }
