@@ -1,21 +1,108 @@
 package crilog
 
 import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vkubelet/vkubelet/provider"
 )
 
-func TestLogParserJoinsPartialLinesAndWaitsForIncompleteRecords(t *testing.T) {
-	var lp Parser
-	got := lp.Feed([]byte("2026-01-02T03:04:05.000000001Z stdout P hel"))
-	got = append(got, lp.Feed([]byte("lo\n2026-01-02T03:04:05.5Z stdout F  world\n2026-01-02T03:04:06Z stderr F second\nnot a log line\n"))...)
-	if len(got) != 2 {
-		t.Fatalf("got %d lines: %v", len(got), got)
+const sample = "2026-01-02T03:04:05.000000001Z stdout P hel\n" +
+	"2026-01-02T03:04:05.5Z stdout F lo world\n" +
+	"2026-01-02T03:04:06Z stderr F second\n" +
+	"2026-01-02T03:04:07Z stdout F third\n"
+
+func writeLog(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "0.log")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if string(got[0].Msg) != "hello world\n" || got[0].At != time.Date(2026, 1, 2, 3, 4, 5, 1, time.UTC) {
-		t.Errorf("first line = %q at %s", got[0].Msg, got[0].At)
+	return path
+}
+
+func read(t *testing.T, path string, opts provider.ContainerLogOpts) string {
+	t.Helper()
+	r, err := Open(context.Background(), path, opts, false, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if string(got[1].Msg) != "second\n" {
-		t.Errorf("second line = %q", got[1].Msg)
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Partial records are joined, both streams come in the file's order, and tail,
+// since, limit and timestamps are the kubelet's.
+func TestOpenServesTheKubeletsOptions(t *testing.T) {
+	path := writeLog(t, sample)
+	since := time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)
+	for name, c := range map[string]struct {
+		opts provider.ContainerLogOpts
+		want string
+	}{
+		"all":        {provider.ContainerLogOpts{}, "hello world\nsecond\nthird\n"},
+		"tail 2":     {provider.ContainerLogOpts{Tail: 2, TailSet: true}, "second\nthird\n"},
+		"tail 0":     {provider.ContainerLogOpts{Tail: 0, TailSet: true}, ""},
+		"since":      {provider.ContainerLogOpts{SinceTime: &since}, "second\nthird\n"},
+		"limit":      {provider.ContainerLogOpts{LimitBytes: 8}, "hello wo"},
+		"timestamps": {provider.ContainerLogOpts{Tail: 1, TailSet: true, Timestamps: true}, "2026-01-02T03:04:07.000000000Z third\n"},
+	} {
+		if got := read(t, path, c.opts); got != c.want {
+			t.Errorf("%s: got %q, want %q", name, got, c.want)
+		}
+	}
+}
+
+// A missing file is os.ErrNotExist, at once.
+func TestOpenMissingFile(t *testing.T) {
+	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "none"), provider.ContainerLogOpts{}, false, nil); !os.IsNotExist(err) {
+		t.Errorf("err = %v, want not-exist", err)
+	}
+}
+
+// Following, lines written later arrive, and the reader ends once the container
+// has stopped and the last lines are read.
+func TestOpenFollowsUntilTheContainerStops(t *testing.T) {
+	path := writeLog(t, sample)
+	var stopped atomic.Bool
+	r, err := Open(context.Background(), path, provider.ContainerLogOpts{Tail: 1, TailSet: true}, true,
+		func(context.Context) bool { return !stopped.Load() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_, _ = f.WriteString("2026-01-02T03:04:08Z stdout F fourth\n")
+		f.Close()
+		time.Sleep(200 * time.Millisecond)
+		stopped.Store(true)
+	}()
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	select {
+	case got := <-done:
+		if !strings.HasSuffix(got, "third\nfourth\n") || strings.Contains(got, "second") {
+			t.Errorf("followed %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("following did not end after the container stopped")
 	}
 }
