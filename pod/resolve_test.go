@@ -73,6 +73,14 @@ func (f *fixture) startResolving() *resolvingProvider {
 		return true, tr, nil
 	})
 	prov := &resolvingProvider{fakeProvider: f.provider}
+	f.startWith(prov)
+	return prov
+}
+
+// startWith builds the controller over prov, a provider that takes resolved pods, and
+// runs its informer and resolver.
+func (f *fixture) startWith(prov provider.PodLifecycleHandler) {
+	f.t.Helper()
 	c, err := NewController(Config{
 		Client: f.client, NodeName: testNode, Provider: prov,
 		Recorder: f.recorder, Clock: f.clock, StatusPollInterval: time.Second, TokenCheckInterval: 10 * time.Second,
@@ -88,7 +96,6 @@ func (f *fixture) startResolving() *resolvingProvider {
 	c.informers.WaitForCacheSync(ctx.Done())
 	go c.resolver.Run(ctx)
 	f.c = c
-	return prov
 }
 
 // waitStale waits until the controller has been told the pod's volumes changed.

@@ -89,7 +89,12 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		return c.createInProvider(ctx, key, p, cached)
 	}
 
-	unchanged, err := sameUpdatable(st.lastPod, cached, p)
+	if len(p.Spec.EphemeralContainers) > 0 && !c.runsEphemeral() {
+		if err := c.reportEphemeralNotRun(ctx, p); err != nil {
+			return err
+		}
+	}
+	unchanged, err := c.sameUpdatable(st.lastPod, cached, p)
 	if err != nil {
 		return err
 	}
@@ -107,8 +112,9 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 // sameUpdatable reports whether p (cached in the informer as cached) differs from
 // last, the pod last handed to the provider, in nothing the provider must hear
 // about. The same cached object is the same pod; otherwise last is decoded and
-// compared, which happens once per change of the API object.
-func sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool, error) {
+// compared, which happens once per change of the API object. Ephemeral containers
+// count only for a provider that runs them.
+func (c *Controller) sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool, error) {
 	if last == nil {
 		return false, nil
 	}
@@ -119,7 +125,11 @@ func sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return updatableOf(lp).equal(updatableOf(p)), nil
+	lu, u := updatableOf(lp), updatableOf(p)
+	if !c.runsEphemeral() {
+		lu.ephemeral, u.ephemeral = nil, nil
+	}
+	return lu.equal(u), nil
 }
 
 // createInProvider resolves the pod and hands it to the provider. A pod whose
@@ -173,6 +183,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 // updateInProvider tells the provider about a change of an updatable field. A
 // resolving provider gets the pod re-resolved, but with the environment it started
 // with: the kubelet does not change the environment of a running container either.
+// Only an ephemeral container added since gets its environment as resolved now.
 func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod, st podState) (err error) {
 	ctx, sync := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "update")))
 	defer func() { endSpan(sync, err) }()
@@ -184,7 +195,7 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 			return fmt.Errorf("resolving %s: %w", key, err)
 		}
 		if st.env != nil {
-			rp.Env = st.env
+			rp.Env = startedEnv(st.env, rp.Env)
 		}
 	}
 	if err := c.callProvider(ctx, p, "UpdatePod", func(ctx context.Context) error {

@@ -1,14 +1,17 @@
 package pod
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // updatable is the part of a pod that may change after creation and that a provider
 // is told about through UpdatePod: what the API server lets a client change on a
-// running pod (images, active deadline, added tolerations, resources resized in place)
-// plus labels and annotations, which the downward API exposes.
+// running pod (images, active deadline, added tolerations, resources resized in place,
+// ephemeral containers added) plus labels and annotations, which the downward API
+// exposes.
 type updatable struct {
 	labels                map[string]string
 	annotations           map[string]string
@@ -16,6 +19,10 @@ type updatable struct {
 	tolerations           []corev1.Toleration
 	containers            []containerUpdatable
 	initContainers        []containerUpdatable
+	// ephemeral are the names of the ephemeral containers: the API only ever adds
+	// one, never changes or removes it. The controller clears them for a provider
+	// that does not run ephemeral containers.
+	ephemeral []string
 }
 
 type containerUpdatable struct {
@@ -39,6 +46,9 @@ func updatableOf(p *corev1.Pod) *updatable {
 	for i, c := range p.Spec.InitContainers {
 		u.initContainers[i] = containerUpdatable{name: c.Name, image: c.Image, resources: c.Resources}
 	}
+	for _, c := range p.Spec.EphemeralContainers {
+		u.ephemeral = append(u.ephemeral, c.Name)
+	}
 	return u
 }
 
@@ -55,7 +65,8 @@ func (u *updatable) equal(o *updatable) bool {
 		(u.activeDeadlineSeconds != nil && *u.activeDeadlineSeconds != *o.activeDeadlineSeconds) {
 		return false
 	}
-	if len(u.containers) != len(o.containers) || len(u.initContainers) != len(o.initContainers) {
+	if len(u.containers) != len(o.containers) || len(u.initContainers) != len(o.initContainers) ||
+		!slices.Equal(u.ephemeral, o.ephemeral) {
 		return false
 	}
 	for i := range u.containers {

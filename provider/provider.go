@@ -30,8 +30,9 @@ type PodLifecycleHandler interface {
 	CreatePod(ctx context.Context, pod *corev1.Pod) error
 
 	// UpdatePod is called when a mutable field of a running pod changed (container
-	// images, activeDeadlineSeconds, tolerations, labels and annotations). A provider
-	// that cannot apply a change may return an errdefs.InvalidInput error.
+	// images, activeDeadlineSeconds, tolerations, labels and annotations; new
+	// ephemeral containers for an EphemeralContainerRunner). A provider that cannot
+	// apply a change may return an errdefs.InvalidInput error.
 	UpdatePod(ctx context.Context, pod *corev1.Pod) error
 
 	// DeletePod asks the provider to stop the pod, honouring
@@ -54,6 +55,23 @@ type PodLifecycleHandler interface {
 	// GetPods returns every pod the provider runs for this node, including pods the
 	// API server no longer knows (the controller deletes those after a restart).
 	GetPods(ctx context.Context) ([]*corev1.Pod, error)
+}
+
+// EphemeralContainerRunner is implemented by providers that run ephemeral containers
+// (`kubectl debug`, added to a running pod through the API's ephemeralcontainers
+// subresource). For such a provider UpdatePod (UpdateResolvedPod) is also called when
+// spec.ephemeralContainers gains an entry; the provider starts each new one in the
+// running pod as the kubelet does (in the pod's network and IPC namespaces, and in
+// the process namespace of its targetContainerName if it names one), never restarts
+// it nor probes it, and reports it in status.ephemeralContainerStatuses. A resolving
+// provider finds the new container's environment in ResolvedPod.Env.
+//
+// Other providers never hear of ephemeral containers: the pod controller reports each
+// one Waiting, with a reason saying the node cannot run it.
+type EphemeralContainerRunner interface {
+	// RunsEphemeralContainers reports whether the provider runs them: a provider
+	// standing for another one answers for it.
+	RunsEphemeralContainers() bool
 }
 
 // PodNotifier is implemented by providers that push status changes instead of being

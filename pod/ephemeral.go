@@ -1,0 +1,89 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ReasonEphemeralContainersNotSupported is the waiting reason of the ephemeral
+// containers of a pod whose provider does not run them, and the reason of the
+// Warning Event that says so.
+const ReasonEphemeralContainersNotSupported = "EphemeralContainersNotSupported"
+
+// runsEphemeral reports whether the provider runs ephemeral containers, so that
+// adding one to a pod is an update it must hear about.
+func (c *Controller) runsEphemeral() bool {
+	return c.ephemeralRunner != nil && c.ephemeralRunner.RunsEphemeralContainers()
+}
+
+// reportEphemeralNotRun gives each ephemeral container of p that has no status yet
+// a Waiting one saying that this node cannot run it, and records a Warning Event.
+// `kubectl debug` prints a waiting container's message while it waits for the
+// container to start, so the user learns why it never does.
+func (c *Controller) reportEphemeralNotRun(ctx context.Context, p *corev1.Pod) error {
+	msg := fmt.Sprintf("the provider of node %s does not run ephemeral containers", c.nodeName)
+	statuses, added := ephemeralNotRun(p, msg)
+	if len(added) == 0 {
+		return nil
+	}
+	c.recorder.Event(p, corev1.EventTypeWarning, ReasonEphemeralContainersNotSupported,
+		fmt.Sprintf("Ephemeral container %s not started: %s", strings.Join(added, ", "), msg))
+	// Phase, reason and message as the API has them: the provider owns them, and
+	// mergeStatus takes them from the status it is given.
+	return c.writeStatus(ctx, p, &corev1.PodStatus{
+		Phase: p.Status.Phase, Reason: p.Status.Reason, Message: p.Status.Message,
+		EphemeralContainerStatuses: statuses,
+	})
+}
+
+// ephemeralNotRun returns p's ephemeral container statuses with a Waiting status
+// (reason ReasonEphemeralContainersNotSupported, message msg) for each ephemeral
+// container that has none, and the names of those containers; no names when every
+// one has a status.
+func ephemeralNotRun(p *corev1.Pod, msg string) (statuses []corev1.ContainerStatus, added []string) {
+	statuses = slices.Clone(p.Status.EphemeralContainerStatuses)
+	for _, ec := range p.Spec.EphemeralContainers {
+		if findContainerStatus(p.Status.EphemeralContainerStatuses, ec.Name) != nil {
+			continue
+		}
+		added = append(added, ec.Name)
+		statuses = append(statuses, corev1.ContainerStatus{
+			Name: ec.Name, Image: ec.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: ReasonEphemeralContainersNotSupported, Message: msg,
+			}},
+		})
+	}
+	if len(added) == 0 {
+		return nil, nil
+	}
+	return statuses, added
+}
+
+// startedEnv is the environment of a running pod's containers on an update: each
+// container keeps the one the pod started with (started), as the kubelet never
+// changes a running container's; a container the pod did not have then (an
+// ephemeral container added since) gets its environment as resolved now (now),
+// as the kubelet resolves it when it starts the container. started is returned
+// itself when no container is new; it is shared and never changed.
+func startedEnv(started, now map[string][]corev1.EnvVar) map[string][]corev1.EnvVar {
+	var out map[string][]corev1.EnvVar
+	for name, env := range now {
+		if _, ok := started[name]; ok {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(started)
+		}
+		out[name] = env
+	}
+	if out == nil {
+		return started
+	}
+	return out
+}
