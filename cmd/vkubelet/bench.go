@@ -73,8 +73,10 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 			case "mock":
 			case "slurm":
 				return benchSlurm(cmd, cfg, kubeconfig, runs, asJSON)
+			case "cri":
+				return benchCRI(cmd, cfg, kubeconfig, runs, asJSON)
 			default:
-				return fmt.Errorf("--provider %s: the benchmark measures mock (default) or slurm", providerName)
+				return fmt.Errorf("--provider %s: the benchmark measures mock (default), slurm or cri", providerName)
 			}
 			if compare == bench.CompareKwok {
 				kwok, err := controlplane.EnsureKwok(ctx, cmd.ErrOrStderr())
@@ -117,7 +119,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	f.StringVar(&providerName, "provider", "mock", "mock, or slurm: a private Slurm started for the run, the same jobs submitted by sbatch and run as pods through a node with --provider slurm (pods of --pod-shape running sleep; --concurrency submitters, default 50)")
+	f.StringVar(&providerName, "provider", "mock", "mock, or slurm: a private Slurm started for the run, the same jobs submitted by sbatch and run as pods through a node with --provider slurm (pods of --pod-shape running sleep; --concurrency submitters, default 50); or cri: a private containerd started for the run, the same pods run through the CRI directly (as crictl runp, create, start) and through a node with --provider cri")
 	return cmd
 }
 
@@ -162,6 +164,74 @@ func benchSlurm(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs in
 	fmt.Fprintf(w, "time for all\t%.1f s\t%.1f s (%+.0f%%)\n", res.Sbatch.Seconds, res.Vkubelet.Seconds, 100*res.Overhead)
 	fmt.Fprintf(w, "p50 / p99\t%.0f / %.0f ms\t%.0f / %.0f ms\n", res.Sbatch.P50ms, res.Sbatch.P99ms, res.Vkubelet.P50ms, res.Vkubelet.P99ms)
 	return w.Flush()
+}
+
+// benchCRI runs `bench --provider cri`: on a fresh control plane and a fresh
+// containerd per run (or --kubeconfig), the median of --runs runs of the raw CRI
+// path next to the node.
+func benchCRI(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool) error {
+	var results []*bench.CRIResult
+	for i := 0; i < runs; i++ {
+		r, err := benchCRIOnce(cmd, cfg, kubeconfig)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d: raw CRI %.1f pods/s, vkubelet %.1f pods/s (%+.0f%% time)\n",
+			i+1, runs, r.Raw.PodsPerS, r.Vkubelet.PodsPerS, 100*r.Overhead)
+		results = append(results, r)
+	}
+	res := bench.MedianCRI(results)
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	printCRIResult(cmd.OutOrStdout(), res, results)
+	return nil
+}
+
+func benchCRIOnce(cmd *cobra.Command, cfg bench.Config, kubeconfig string) (*bench.CRIResult, error) {
+	ctx := cmd.Context()
+	if kubeconfig == "" {
+		cp, err := controlplane.Start(ctx, controlplane.Config{ServiceAccountAdmission: true, Out: cmd.ErrOrStderr()})
+		if err != nil {
+			return nil, err
+		}
+		defer cp.Stop()
+		kubeconfig = cp.KubeconfigPath
+	}
+	cfg.Kubeconfig = kubeconfig
+	var err error
+	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, err
+	}
+	return bench.RunCRI(ctx, cfg)
+}
+
+// printCRIResult prints the medians of the raw CRI path and the node side by
+// side, then each run's.
+func printCRIResult(out io.Writer, res *bench.CRIResult, runs []*bench.CRIResult) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "pods\t%d on a private containerd, runs %d (medians)\n\n", res.Pods, len(runs))
+	fmt.Fprintln(w, "\traw CRI (runp, create, start)\tvkubelet --provider cri")
+	fmt.Fprintf(w, "pods/s to Running\t%.1f\t%.1f\n", res.Raw.PodsPerS, res.Vkubelet.PodsPerS)
+	fmt.Fprintf(w, "time for all\t%.2f s\t%.2f s (%+.0f%%)\n", res.Raw.Seconds, res.Vkubelet.Seconds, 100*res.Overhead)
+	fmt.Fprintf(w, "p50 / p99\t%.0f / %.0f ms\t%.0f / %.0f ms (%+.0f%% / %+.0f%%)\n", res.Raw.P50ms, res.Raw.P99ms,
+		res.Vkubelet.P50ms, res.Vkubelet.P99ms, 100*res.P50Overhead, 100*res.P99Overhead)
+	fmt.Fprintf(w, "agent CPU while starting\t—\t%.2f s\n", res.AgentCPUSeconds)
+	w.Flush()
+	if len(runs) < 2 {
+		return
+	}
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "run\tload\traw pods/s\traw p50 / p99 ms\tvkubelet pods/s\tvkubelet p50 / p99 ms\ttime / p50 / p99 over raw")
+	for i, r := range runs {
+		fmt.Fprintf(w, "%d\t%.2f\t%.1f\t%.0f / %.0f\t%.1f\t%.0f / %.0f\t%+.0f%% / %+.0f%% / %+.0f%%\n", i+1, r.LoadAverage,
+			r.Raw.PodsPerS, r.Raw.P50ms, r.Raw.P99ms, r.Vkubelet.PodsPerS, r.Vkubelet.P50ms, r.Vkubelet.P99ms,
+			100*r.Overhead, 100*r.P50Overhead, 100*r.P99Overhead)
+	}
+	w.Flush()
 }
 
 // printResult prints the figures as a table: the ceiling, kwok if measured, and

@@ -7,8 +7,10 @@
 // The node agent runs as a child process (the vkubelet binary itself) with the mock
 // provider, so its memory and CPU are its own; its API requests are read from its
 // metrics endpoint. By default the pods are shaped as a Deployment's, token
-// volume included (see PodShape). `vkubelet bench` runs it; docs/PERFORMANCE.md
-// records figures.
+// volume included (see PodShape). RunSlurm and RunCRI instead compare a
+// provider's raw back end (sbatch, the CRI) with the same pods through a node
+// with that provider. `vkubelet bench` runs them; docs/PERFORMANCE.md records
+// figures.
 package bench
 
 import (
