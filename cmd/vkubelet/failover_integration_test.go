@@ -26,6 +26,8 @@ import (
 // the middle of a burst of 200 pods: the other takes both nodes over within the
 // election lease, every source pod ends with exactly one pod in the target, and
 // the target pods made before the kill keep their UIDs (adopted, not re-created).
+// Then the new holder is killed in the middle of deleting them all, and a third
+// replica finishes every deletion.
 func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
 	src := testenv.ControlPlane(t)
 	c := testenv.Client(t)
@@ -170,5 +172,43 @@ func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
 	}
 	if recreated > 0 {
 		t.Errorf("%d of the %d target pods made before the kill were re-created", recreated, len(targetUIDs))
+	}
+
+	// Then every pod is deleted, and the replica now holding the nodes is killed
+	// once a third of them are gone: a third replica takes over and finishes every
+	// deletion, in the target and in the source.
+	third := replica()
+	thirdID := host + "_" + strconv.Itoa(third.cmd.Process.Pid)
+	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) <= pods*2/3, fmt.Sprintf("%d of %d pods left in the source", len(list.Items), pods)
+	})
+	if err := second.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt = time.Now()
+	left, _ := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	t.Logf("second replica killed with %d of %d pods still in the source", len(left.Items), pods)
+	testenv.Eventually(t, 3*leaseDuration+time.Minute, func() (bool, string) {
+		src, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		dst, err := tc.CoreV1().Pods(ns+"-src").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(src.Items) == 0 && len(dst.Items) == 0,
+			fmt.Sprintf("%d pods left in the source, %d in the target; holders %v", len(src.Items), len(dst.Items), holders())
+	})
+	t.Logf("every deletion finished %s after the second kill", time.Since(killedAt).Round(100*time.Millisecond))
+	if h := holders(); h["ha-0"] != thirdID || h["ha-1"] != thirdID {
+		t.Errorf("holders %v, want both %s (the third replica)", h, thirdID)
 	}
 }
