@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,18 +25,19 @@ import (
 
 // The interfaces of the provider contract the CRI provider implements.
 var (
-	_ provider.PodLifecycleHandler     = (*Provider)(nil)
-	_ provider.ResolvedPodHandler      = (*Provider)(nil)
-	_ provider.VolumeUpdater           = (*Provider)(nil)
-	_ provider.PodNotifier             = (*Provider)(nil)
-	_ provider.NodeProvider            = (*Provider)(nil)
-	_ provider.NodeConfigurer          = (*Provider)(nil)
-	_ provider.StatsProvider           = (*Provider)(nil)
-	_ provider.ResourceMetricsProvider = (*Provider)(nil)
-	_ provider.ContainerLogsProvider   = (*Provider)(nil)
-	_ provider.ContainerExecProvider   = (*Provider)(nil)
-	_ provider.ContainerAttachProvider = (*Provider)(nil)
-	_ provider.PortForwardProvider     = (*Provider)(nil)
+	_ provider.PodLifecycleHandler      = (*Provider)(nil)
+	_ provider.ResolvedPodHandler       = (*Provider)(nil)
+	_ provider.VolumeUpdater            = (*Provider)(nil)
+	_ provider.PodNotifier              = (*Provider)(nil)
+	_ provider.NodeProvider             = (*Provider)(nil)
+	_ provider.NodeConfigurer           = (*Provider)(nil)
+	_ provider.StatsProvider            = (*Provider)(nil)
+	_ provider.ResourceMetricsProvider  = (*Provider)(nil)
+	_ provider.ContainerLogsProvider    = (*Provider)(nil)
+	_ provider.ContainerExecProvider    = (*Provider)(nil)
+	_ provider.ContainerAttachProvider  = (*Provider)(nil)
+	_ provider.PortForwardProvider      = (*Provider)(nil)
+	_ provider.EphemeralContainerRunner = (*Provider)(nil)
 )
 
 // Labels put on every sandbox and container the provider creates. labelNode finds
@@ -296,6 +298,7 @@ func unresolved(pod *corev1.Pod) *provider.ResolvedPod {
 	}
 	add(pod.Spec.InitContainers)
 	add(pod.Spec.Containers)
+	add(ephemeralContainers(pod))
 	return rp
 }
 
@@ -333,7 +336,8 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 }
 
 // UpdateResolvedPod stores the new pod. A container whose image changed is stopped,
-// so that it restarts (as its restartPolicy allows) with the new image.
+// so that it restarts (as its restartPolicy allows) with the new image; an
+// ephemeral container new in the spec is started (ephemeral.go).
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
@@ -472,7 +476,9 @@ func (p *Provider) validate(pod *corev1.Pod) error {
 		return errdefs.InvalidInput("cri: pod %s: dnsPolicy None needs a dnsConfig with at least one nameserver", key)
 	}
 	if !p.cfg.AllowPrivileged {
-		for _, c := range allContainers(pod) {
+		// Ephemeral containers are refused one by one when they are to start, so
+		// that the others and the update of the pod go on (containerConfig).
+		for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 			if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
 				return errdefs.InvalidInput("cri: pod %s: container %q is privileged, which this node does not allow", key, c.Name)
 			}
@@ -481,9 +487,9 @@ func (p *Provider) validate(pod *corev1.Pod) error {
 	return nil
 }
 
+// allContainers are the pod's init, app and ephemeral containers.
 func allContainers(pod *corev1.Pod) []corev1.Container {
-	out := append([]corev1.Container{}, pod.Spec.InitContainers...)
-	return append(out, pod.Spec.Containers...)
+	return slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers, ephemeralContainers(pod))
 }
 
 func copyResolved(rp *provider.ResolvedPod) *provider.ResolvedPod {

@@ -131,7 +131,10 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 		cfg.Linux.SecurityContext.SupplementalGroups = sc.SupplementalGroups
 	}
 	for _, c := range allContainers(pod) {
-		if privileged(&c) {
+		// A privileged container needs a privileged sandbox (the runtime refuses
+		// it otherwise), ephemeral ones included, as with the kubelet; on a node
+		// that allows none, none runs.
+		if privileged(&c) && p.cfg.AllowPrivileged {
 			cfg.Linux.SecurityContext.Privileged = true
 		}
 		for _, port := range c.Ports {
@@ -163,6 +166,11 @@ func int64Value(v *int64) *runtimeapi.Int64Value {
 // containerConfig is the CRI container of c, the attempt-th instance, in a sandbox
 // whose IP is podIP.
 func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar, attempt uint32, podIP string) (*runtimeapi.ContainerConfig, error) {
+	if privileged(c) && !p.cfg.AllowPrivileged {
+		// Pods with such containers are refused (validate); an ephemeral container
+		// added later is refused alone.
+		return nil, fmt.Errorf("container %s is privileged, which this node does not allow", c.Name)
+	}
 	mounts, err := p.mounts(pod, c)
 	if err != nil {
 		return nil, err

@@ -50,6 +50,7 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 			initFailed = true
 		}
 	}
+	s.EphemeralContainerStatuses = ephemeralStatuses(rec, pod)
 	var running, waiting, stopped, succeeded, failed int
 	var unready []string
 	for i := range pod.Spec.Containers {

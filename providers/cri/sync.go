@@ -51,6 +51,9 @@ type podRecord struct {
 	deadlineExceeded bool
 	ctrs             map[string]*ctrState
 	volumesWritten   bool
+	// ephemeralEnded: the last state of ephemeral containers whose sandbox died;
+	// they are not started again (see endEphemeral).
+	ephemeralEnded map[string]*runtimeapi.ContainerStatus
 }
 
 // ctrState is what the pod's goroutine knows of one container of the pod.
@@ -172,7 +175,9 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		p.removeSandbox(sctx, rec.sandboxID)
 		cancel()
-		// Its containers are gone, and with them what their statuses showed.
+		// Its containers are gone, and with them what their statuses showed; the
+		// ephemeral ones keep how they ended, as they never run twice.
+		endEphemeral(rec, pod, time.Now())
 		p.removeAllTerminationFiles(pod)
 		p.mu.Lock()
 		rec.sandboxID = ""
@@ -345,7 +350,7 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 	}
 	for name, st := range rec.ctrs {
 		if _, ok := byName[name]; !ok {
-			st.cur, st.prev = nil, nil
+			st.cur, st.prev = rec.ephemeralEnded[name], nil
 		}
 	}
 	p.mu.Lock()
@@ -371,14 +376,19 @@ func (p *Provider) containerStatus(ctx context.Context, id string, known []*runt
 	return resp.Status, nil
 }
 
-// startContainers starts what should run now: the first init container not done,
-// else every app container that never ran or may restart. It reports whether it
-// started anything.
+// startContainers starts what should run now: the ephemeral containers that never
+// ran, and the first init container not done, else every app container that never
+// ran or may restart. It reports whether it started anything.
 func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *corev1.Pod, env map[string][]corev1.EnvVar, creds []provider.RegistryCredential) bool {
 	if !rec.sandboxReady {
 		return false
 	}
 	started := false
+	// Ephemeral containers first: like the kubelet, they do not wait for the
+	// init containers, which may be what the user is debugging.
+	for _, c := range ephemeralContainers(pod) {
+		started = p.startEphemeral(ctx, rec, pod, &c, env[c.Name], creds) || started
+	}
 	policy := pod.Spec.RestartPolicy
 	rec.initDone = false
 	for i := range pod.Spec.InitContainers {
@@ -537,11 +547,16 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	}
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
+	target, err := targetID(rec, pod, c.Name)
+	if err != nil {
+		return fail("CreateContainerConfigError", err)
+	}
 	cfg, err := p.containerConfig(pod, c, env, attempt, rec.podIP)
 	if err != nil {
 		p.removeTerminationFiles(pod, c.Name, attempt, true)
 		return fail("CreateContainerConfigError", err)
 	}
+	withTarget(cfg.Linux.SecurityContext.NamespaceOptions, target)
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,
 		Config:        cfg,
