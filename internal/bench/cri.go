@@ -84,7 +84,7 @@ func RunCRI(ctx context.Context, cfg Config) (*CRIResult, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	c, err := kubernetes.NewForConfig(cfg.RESTConfig)
+	c, err := loadClient(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
