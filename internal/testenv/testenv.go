@@ -178,6 +178,31 @@ func ExecInteractive(t testing.TB, ns, pod, container string, stdin io.Reader, t
 	return out.String(), err
 }
 
+// Attach attaches to the main process of a container of a pod through the API
+// server, as `kubectl attach -i` does (the node's kubelet API serves it), sends it
+// stdin, and returns what it printed on stdout until it exited. The end of stdin
+// ends the session too, unless the container has stdinOnce: keep it open for as
+// long as the output matters.
+func Attach(t testing.TB, ns, pod, container string, stdin io.Reader) (string, error) {
+	t.Helper()
+	cp := ControlPlane(t)
+	c, err := kubernetes.NewForConfig(cp.RESTConfig)
+	if err != nil {
+		return "", err
+	}
+	req := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: container, Stdin: stdin != nil, Stdout: true}, scheme.ParameterCodec)
+	attach, err := remotecommand.NewSPDYExecutor(cp.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = attach.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out})
+	return out.String(), err
+}
+
 // PortForward forwards a free local port on 127.0.0.1 to port of a pod through
 // the API server, as `kubectl port-forward` does, and returns the local port and
 // a function that ends the forwarding.
