@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -58,6 +59,9 @@ const (
 // and leaves the containers running. All its methods are safe for concurrent use.
 type Provider struct {
 	nodeName string
+	// backoffs are the crash-loop and retry back-offs of every pod's sandbox
+	// and containers (sync.go).
+	backoffs *flowcontrol.Backoff
 	cfg      Config
 	log      *slog.Logger
 	started  time.Time
@@ -103,6 +107,7 @@ func New(ctx context.Context, cfg Config, nodeName string, opts ...Option) (*Pro
 		return nil, fmt.Errorf("cri provider config: %w", err)
 	}
 	p := &Provider{
+		backoffs:   flowcontrol.NewBackOff(cfg.BackoffBase.Duration, cfg.BackoffMax.Duration),
 		nodeName:   nodeName,
 		cfg:        cfg,
 		log:        slog.Default(),
@@ -193,17 +198,20 @@ func (p *Provider) recover(ctx context.Context) error {
 	if err != nil {
 		return errdefs.Unavailable("cri: listing sandboxes on %s: %v", p.cfg.RuntimeEndpoint, err)
 	}
-	// The newest sandbox of each pod is kept; older ones are left-overs.
+	// The newest sandbox of each pod is its sandbox; older ones hold instances of
+	// its containers from before a sandbox re-creation (refresh removes them
+	// once newer instances replace those).
 	newest := map[string]*runtimeapi.PodSandbox{}
+	older := map[string][]string{}
 	var stale []*runtimeapi.PodSandbox
 	for _, sb := range list.Items {
 		uid := sb.GetMetadata().GetUid()
-		if old, ok := newest[uid]; ok {
-			if old.CreatedAt > sb.CreatedAt {
-				stale = append(stale, sb)
+		if cur, ok := newest[uid]; ok {
+			if cur.CreatedAt > sb.CreatedAt {
+				older[uid] = append(older[uid], sb.Id)
 				continue
 			}
-			stale = append(stale, old)
+			older[uid] = append(older[uid], cur.Id)
 		}
 		newest[uid] = sb
 	}
@@ -216,11 +224,16 @@ func (p *Provider) recover(ctx context.Context) error {
 		if err != nil || saved.Pod == nil {
 			p.log.Warn("removing a sandbox whose pod is unknown", "sandbox", sb.Id, "pod", podKey(sb.GetMetadata().GetNamespace(), sb.GetMetadata().GetName()), "err", err)
 			stale = append(stale, sb)
+			for _, id := range older[uid] {
+				stale = append(stale, &runtimeapi.PodSandbox{Id: id})
+			}
 			continue
 		}
 		rp := &provider.ResolvedPod{Pod: saved.Pod, Env: saved.Env, PullCredentials: saved.PullCredentials, Volumes: saved.Volumes}
 		rec := newPodRecord(rp, time.Unix(0, sb.CreatedAt))
 		rec.sandboxID = sb.Id
+		rec.oldSandboxes = older[uid]
+		rec.sandboxAttempt = sb.GetMetadata().GetAttempt()
 		p.pods[rec.key] = rec
 		p.log.Info("took over pod", "pod", rec.key, "uid", uid, "sandbox", sb.Id)
 		p.startWorker(rec)

@@ -628,11 +628,16 @@ func TestActiveDeadlineFailsPod(t *testing.T) {
 	}
 }
 
-// A sandbox stopped behind the provider's back is replaced and the pod runs again.
+// A sandbox stopped behind the provider's back is replaced and the pod runs again,
+// as on a kubelet: the init container runs again, the app container's restart count
+// goes on (1), its last state is the instance of the dead sandbox, whose output
+// `logs --previous` still serves; the dead sandbox is removed once no instance of
+// it is current or previous any more (here, when the pod is deleted).
 func TestDeadSandboxIsRecreated(t *testing.T) {
 	needRuntime(t)
 	p, _ := newProvider(t, testConfig(t))
-	pod := busyboxPod("phoenix", sleepForever)
+	pod := busyboxPod("phoenix", `echo "run $(cat /proc/sys/kernel/random/uuid)"; `+sleepForever)
+	pod.Spec.InitContainers = []corev1.Container{{Name: "init", Image: env.Busybox, Command: []string{"sh", "-c", "echo init"}}}
 	if err := p.CreatePod(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
@@ -641,6 +646,7 @@ func TestDeadSandboxIsRecreated(t *testing.T) {
 	if len(old) != 1 {
 		t.Fatalf("%d sandboxes", len(old))
 	}
+	before := logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
 	conn, err := env.Conn()
 	if err != nil {
 		t.Fatal(err)
@@ -649,12 +655,82 @@ func TestDeadSandboxIsRecreated(t *testing.T) {
 	if _, err := runtimeapi.NewRuntimeServiceClient(conn).StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: old[0].Id}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a new sandbox, running", func() (bool, string) {
-		sbs := sandboxes(t)
-		st, _ := p.GetPodStatus(context.Background(), "default", "phoenix")
-		ok := len(sbs) == 1 && sbs[0].Id != old[0].Id && st.Phase == corev1.PodRunning && condition(st, corev1.PodReady) == corev1.ConditionTrue
-		return ok, fmt.Sprintf("%d sandboxes; %s", len(sbs), describe(st))
+	var st *corev1.PodStatus
+	waitFor(t, 60*time.Second, "a new sandbox, running, with the restart counted", func() (bool, string) {
+		ready := 0
+		for _, sb := range sandboxes(t) {
+			if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY && sb.Id != old[0].Id {
+				ready++
+			}
+		}
+		st, _ = p.GetPodStatus(context.Background(), "default", "phoenix")
+		ok := ready == 1 && st.Phase == corev1.PodRunning && condition(st, corev1.PodReady) == corev1.ConditionTrue &&
+			len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].RestartCount == 1
+		return ok, fmt.Sprintf("%d new ready sandboxes; %s", ready, describe(st))
 	})
+	main := st.ContainerStatuses[0]
+	if main.LastTerminationState.Terminated == nil {
+		t.Errorf("main's last state = %+v, want the terminated instance of the dead sandbox", main.LastTerminationState)
+	}
+	if init := st.InitContainerStatuses[0]; init.RestartCount != 1 || init.State.Terminated == nil || init.State.Terminated.ExitCode != 0 {
+		t.Errorf("init container = restarts %d, state %+v; want it run again in the new sandbox", init.RestartCount, init.State)
+	}
+	previous := logsOf(t, p, pod, "main", provider.ContainerLogOpts{Previous: true})
+	current := logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
+	if previous != before || current == before || !strings.HasPrefix(current, "run ") {
+		t.Errorf("logs before %q, --previous %q, now %q: want --previous to be the dead sandbox's", before, previous, current)
+	}
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "no sandbox left", func() (bool, string) {
+		sbs := sandboxes(t)
+		return len(sbs) == 0, fmt.Sprintf("%d sandboxes", len(sbs))
+	})
+}
+
+// A pod with restartPolicy Never whose sandbox dies gets no new one: it ends
+// Failed, with its container's end, as on a kubelet.
+func TestDeadSandboxEndsANeverPod(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	pod := busyboxPod("once", sleepForever)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	old := sandboxes(t)
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := runtimeapi.NewRuntimeServiceClient(conn).StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: old[0].Id}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, pod, 30*time.Second, "Failed", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodFailed })
+	if cs := st.ContainerStatuses[0]; cs.State.Terminated == nil || cs.RestartCount != 0 {
+		t.Errorf("container = %+v", cs)
+	}
+	if sbs := sandboxes(t); len(sbs) != 1 || sbs[0].Id != old[0].Id {
+		t.Errorf("%d sandboxes, want only the dead one", len(sbs))
+	}
+}
+
+// logsOf reads a container's log through the provider.
+func logsOf(t *testing.T, p *Provider, pod *corev1.Pod, container string, opts provider.ContainerLogOpts) string {
+	t.Helper()
+	rc, err := p.GetContainerLogs(context.Background(), pod.Namespace, pod.Name, container, opts)
+	if err != nil {
+		t.Fatalf("logs %s (%+v): %v", container, opts, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // The node gets the host's CPUs and memory, the configured pods limit and the

@@ -42,7 +42,15 @@ type podRecord struct {
 	sandboxStopped bool
 	sandboxErr     string
 	sandboxRetry   time.Time
-	sandboxBackoff time.Duration
+	sandboxBackoff time.Duration // the current delay, for the status message
+	// oldSandboxes are the pod's earlier sandboxes, stopped, kept while one of
+	// their containers is still a container's current or previous instance: so
+	// that restart counts, last states and `logs --previous` survive a sandbox
+	// re-creation, as on a kubelet.
+	oldSandboxes []string
+	// sandboxAttempt numbers the pod's sandboxes (the CRI's attempt: the
+	// runtime wants each sandbox of a pod under a name of its own).
+	sandboxAttempt uint32
 	podIP          string
 	initDone       bool
 	terminal       bool
@@ -59,6 +67,9 @@ type podRecord struct {
 // ctrState is what the pod's goroutine knows of one container of the pod.
 type ctrState struct {
 	cur, prev *runtimeapi.ContainerStatus // latest and previous instances; nil if none
+	// stale: cur ran in an earlier sandbox of the pod, so it is not running now
+	// whatever its last state said, and an init container runs again.
+	stale bool
 
 	// Why the container is waiting, when it is (image pull, back-off, create errors).
 	waitReason, waitMessage string
@@ -171,14 +182,27 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 	if !rec.terminal && !rec.sandboxReady {
 		// The sandbox died under the pod (its processes were killed, the machine
 		// restarted): make a new one, as the kubelet does.
-		p.log.Warn("sandbox not ready, re-creating it", "pod", rec.key, "sandbox", rec.sandboxID)
+		// The old sandbox is stopped but kept with its containers: their
+		// instances stay the containers' previous ones (restart counts, last
+		// states, `logs --previous`) until newer ones replace them (refresh).
+		// The ephemeral containers keep how they ended, as they never run twice.
 		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		p.removeSandbox(sctx, rec.sandboxID)
+		if _, err := p.runtime.StopPodSandbox(sctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil {
+			p.log.Warn("stopping a dead sandbox", "pod", rec.key, "sandbox", rec.sandboxID, "err", err)
+		}
 		cancel()
-		// Its containers are gone, and with them what their statuses showed; the
-		// ephemeral ones keep how they ended, as they never run twice.
 		endEphemeral(rec, pod, time.Now())
-		p.removeAllTerminationFiles(pod)
+		if pod.Spec.RestartPolicy == corev1.RestartPolicyNever && ranAny(rec, pod) {
+			// The kubelet makes no new sandbox for a pod that may not restart
+			// the containers that ran: it ends, with how they ended.
+			p.log.Warn("sandbox not ready; restartPolicy Never: the pod ends", "pod", rec.key, "sandbox", rec.sandboxID)
+			rec.terminal, rec.sandboxStopped = true, true
+			p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
+			return false
+		}
+		p.log.Warn("sandbox not ready, re-creating it", "pod", rec.key, "sandbox", rec.sandboxID)
+		rec.oldSandboxes = append(rec.oldSandboxes, rec.sandboxID)
+		rec.sandboxAttempt++
 		p.mu.Lock()
 		rec.sandboxID = ""
 		p.mu.Unlock()
@@ -263,6 +287,9 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 		return false
 	}
 	cfg, warnings, err := p.sandboxConfig(pod)
+	if cfg != nil {
+		cfg.Metadata.Attempt = rec.sandboxAttempt
+	}
 	for _, w := range warnings {
 		// The kubelet records these as Warning events of the pod; the provider
 		// contract has no way to, so they are logged.
@@ -270,7 +297,7 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 	}
 	if err != nil {
 		rec.sandboxErr = err.Error()
-		rec.sandboxBackoff = p.nextBackoff(rec.sandboxBackoff)
+		rec.sandboxBackoff = p.nextDelay(backoffKey(rec.uid, "", "sandbox"), time.Now())
 		rec.sandboxRetry = time.Now().Add(rec.sandboxBackoff)
 		p.log.Warn("configuring sandbox", "pod", rec.key, "err", err)
 		return false
@@ -278,12 +305,13 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 	resp, err := p.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
 		rec.sandboxErr = err.Error()
-		rec.sandboxBackoff = p.nextBackoff(rec.sandboxBackoff)
+		rec.sandboxBackoff = p.nextDelay(backoffKey(rec.uid, "", "sandbox"), time.Now())
 		rec.sandboxRetry = time.Now().Add(rec.sandboxBackoff)
 		p.log.Warn("creating sandbox", "pod", rec.key, "err", err)
 		return false
 	}
 	rec.sandboxErr, rec.sandboxBackoff = "", 0
+	p.backoffs.Reset(backoffKey(rec.uid, "", "sandbox"))
 	p.mu.Lock()
 	rec.sandboxID = resp.PodSandboxId
 	p.mu.Unlock()
@@ -306,17 +334,20 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 		rec.sandboxSeen = true
 		rec.podIP = sb.GetStatus().GetNetwork().GetIp()
 	}
-	list, err := p.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{
-		Filter: &runtimeapi.ContainerFilter{PodSandboxId: rec.sandboxID},
-	})
-	if err != nil {
-		return err
-	}
 	byName := map[string][]*runtimeapi.Container{}
-	for _, c := range list.Containers {
-		name := c.GetMetadata().GetName()
-		byName[name] = append(byName[name], c)
+	for _, sandbox := range append([]string{rec.sandboxID}, rec.oldSandboxes...) {
+		list, err := p.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+			Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandbox},
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range list.Containers {
+			name := c.GetMetadata().GetName()
+			byName[name] = append(byName[name], c)
+		}
 	}
+	inUse := map[string]bool{} // sandboxes holding a current or previous instance
 	ids := map[string][2]string{}
 	for name, cs := range byName {
 		sort.Slice(cs, func(i, j int) bool {
@@ -330,6 +361,8 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 		if st.cur, err = p.containerStatus(ctx, cs[0].Id, known); err != nil {
 			return err
 		}
+		st.stale = cs[0].PodSandboxId != rec.sandboxID
+		inUse[cs[0].PodSandboxId] = true
 		pair := [2]string{cs[0].Id, ""}
 		st.prev = nil
 		if len(cs) > 1 {
@@ -337,6 +370,7 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 				return err
 			}
 			pair[1] = cs[1].Id
+			inUse[cs[1].PodSandboxId] = true
 		}
 		ids[name] = pair
 		for _, old := range cs[min(len(cs), 2):] {
@@ -350,9 +384,21 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 	}
 	for name, st := range rec.ctrs {
 		if _, ok := byName[name]; !ok {
-			st.cur, st.prev = rec.ephemeralEnded[name], nil
+			st.cur, st.prev, st.stale = rec.ephemeralEnded[name], nil, false
 		}
 	}
+	kept := rec.oldSandboxes[:0]
+	for _, old := range rec.oldSandboxes {
+		if inUse[old] {
+			kept = append(kept, old)
+			continue
+		}
+		if _, err := p.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: old}); err != nil {
+			p.log.Warn("removing an earlier sandbox", "pod", rec.key, "sandbox", old, "err", err)
+			kept = append(kept, old)
+		}
+	}
+	rec.oldSandboxes = kept
 	p.mu.Lock()
 	rec.ctrIDs = ids
 	p.mu.Unlock()
@@ -399,6 +445,11 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		case st.cur == nil:
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 			return started
+		case st.stale:
+			// A new sandbox runs the init containers again, as the kubelet's does;
+			// their restart count goes on from the earlier sandbox's.
+			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
+			return started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
 			if !sidecar {
 				return started
@@ -430,6 +481,9 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		}
 		switch {
 		case st.cur == nil:
+			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
+		case st.stale && st.cur.State != runtimeapi.ContainerState_CONTAINER_EXITED:
+			// Created, or never seen stopped, in a sandbox that is gone.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(policy, st.cur.ExitCode):
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
@@ -464,13 +518,25 @@ func (p *Provider) startCreated(ctx context.Context, rec *podRecord, c *corev1.C
 		}
 		_, _ = p.runtime.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: st.cur.Id})
 		st.waitReason, st.waitMessage = "RunContainerError", err.Error()
-		st.backoff = p.nextBackoff(st.backoff)
+		st.backoff = p.nextDelay(backoffKey(rec.uid, c.Name, "start"), now)
 		st.retryAt = time.Now().Add(st.backoff)
 		p.log.Warn("starting a container created before a restart", "pod", rec.key, "container", c.Name, "err", err)
 		return false
 	}
 	p.log.Info("started a container that was created but not started before a restart", "pod", rec.key, "container", c.Name, "id", st.cur.Id)
 	return true
+}
+
+// ranAny reports whether one of the pod's init or app containers has run.
+func ranAny(rec *podRecord, pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if st := rec.ctrs[c.Name]; st != nil && st.cur != nil && st.cur.StartedAt != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func isSidecar(c *corev1.Container) bool {
@@ -488,12 +554,29 @@ func shouldRestart(policy corev1.RestartPolicy, exitCode int32) bool {
 	}
 }
 
-// nextBackoff doubles d, from BackoffBase up to BackoffMax.
-func (p *Provider) nextBackoff(d time.Duration) time.Duration {
-	if d == 0 {
-		return p.cfg.BackoffBase.Duration
+// nextDelay moves the back-off of key (client-go's flowcontrol, as the kubelet's
+// crash loops use) to its next delay, from BackoffBase doubling up to BackoffMax,
+// and returns it. at is when the failure happened: a back-off not moved for twice
+// BackoffMax before it starts again from BackoffBase (a container that ran that
+// long is no crash loop).
+func (p *Provider) nextDelay(key string, at time.Time) time.Duration {
+	p.backoffs.Next(key, at)
+	return p.backoffs.Get(key)
+}
+
+// backoffKey names a back-off: of the pod's sandbox, or of one container's
+// restarts after a crash ("crash") or tries after a failure to start ("start").
+func backoffKey(uid types.UID, container, kind string) string {
+	return string(uid) + "/" + container + "/" + kind
+}
+
+// forgetBackoffs drops the pod's back-offs once it is gone.
+func (p *Provider) forgetBackoffs(rec *podRecord) {
+	p.backoffs.DeleteEntry(backoffKey(rec.uid, "", "sandbox"))
+	for name := range rec.ctrs {
+		p.backoffs.DeleteEntry(backoffKey(rec.uid, name, "crash"))
+		p.backoffs.DeleteEntry(backoffKey(rec.uid, name, "start"))
 	}
-	return min(2*d, p.cfg.BackoffMax.Duration)
 }
 
 // tryStart starts container c unless its back-off says to wait. restart is set when
@@ -501,13 +584,8 @@ func (p *Provider) nextBackoff(d time.Duration) time.Duration {
 func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar, creds []provider.RegistryCredential, st *ctrState, restart bool) bool {
 	now := time.Now()
 	if restart && st.backoffFor != st.cur.Id {
-		// A new crash: the kubelet forgets the back-off of a container that ran for
-		// twice the maximum back-off.
-		ran := time.Duration(st.cur.FinishedAt - st.cur.StartedAt)
-		if ran > 2*p.cfg.BackoffMax.Duration {
-			st.backoff = 0
-		}
-		st.backoff = p.nextBackoff(st.backoff)
+		// A new crash.
+		st.backoff = p.nextDelay(backoffKey(rec.uid, c.Name, "crash"), time.Unix(0, st.cur.FinishedAt))
 		st.backoffFor = st.cur.Id
 		st.retryAt = time.Unix(0, st.cur.FinishedAt).Add(st.backoff)
 		st.waitReason = "CrashLoopBackOff"
@@ -525,10 +603,11 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	}
 	fail := func(reason string, err error) bool {
 		st.waitReason, st.waitMessage = reason, err.Error()
+		key := backoffKey(rec.uid, c.Name, "start")
 		if st.backoffFor != reason {
-			st.backoff = 0
+			p.backoffs.Reset(key) // another failure starts its own back-off
 		}
-		st.backoff = p.nextBackoff(st.backoff)
+		st.backoff = p.nextDelay(key, now)
 		st.backoffFor = reason
 		st.retryAt = now.Add(st.backoff)
 		p.log.Warn("starting container", "pod", rec.key, "container", c.Name, "reason", reason, "err", err)
@@ -538,6 +617,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	if err != nil {
 		return fail("CreateContainerConfigError", err)
 	}
+	sb.Metadata.Attempt = rec.sandboxAttempt
 	if err := p.ensureImage(ctx, sb, c, creds); err != nil {
 		reason := "ErrImagePull"
 		if c.ImagePullPolicy == corev1.PullNever {
@@ -574,6 +654,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	if !restart {
 		st.backoff, st.backoffFor = 0, ""
 	}
+	p.backoffs.Reset(backoffKey(rec.uid, c.Name, "start"))
 	st.waitReason, st.waitMessage = "", ""
 	st.retryAt = time.Time{}
 	p.log.Debug("container started", "pod", rec.key, "container", c.Name, "attempt", attempt, "id", created.ContainerId)
@@ -638,6 +719,16 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 		}
 		cancel()
 	}
+	for len(rec.oldSandboxes) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		_, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.oldSandboxes[0]})
+		cancel()
+		if err != nil {
+			p.log.Warn("removing an earlier sandbox", "pod", rec.key, "sandbox", rec.oldSandboxes[0], "err", err)
+			return false
+		}
+		rec.oldSandboxes = rec.oldSandboxes[1:]
+	}
 	rec.sandboxReady, rec.killed = false, true
 	status := computeStatus(rec, pod, p.hostIPNow())
 	p.publish(rec, status)
@@ -646,6 +737,7 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 	}
 	_ = os.RemoveAll(p.podLogDir(pod))
 	p.removePodCgroups(pod)
+	p.forgetBackoffs(rec)
 	p.mu.Lock()
 	if p.pods[rec.key] == rec {
 		delete(p.pods, rec.key)

@@ -112,14 +112,6 @@ func (p *Provider) removeTerminationFiles(pod *corev1.Pod, container string, att
 	}
 }
 
-// removeAllTerminationFiles removes the termination message files of all the
-// pod's containers.
-func (p *Provider) removeAllTerminationFiles(pod *corev1.Pod) {
-	if err := os.RemoveAll(filepath.Join(p.podDir(pod.UID), "containers")); err != nil {
-		p.log.Debug("removing termination message files", "pod", podKey(pod.Namespace, pod.Name), "err", err)
-	}
-}
-
 // addTerminationMessage appends to the status of an exited container its
 // termination message, as the kubelet does: the content of its termination message
 // file, or, with FallbackToLogsOnError, when that is empty and the container
