@@ -19,6 +19,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -341,7 +342,7 @@ func (u *upProcess) run(t *testing.T, name string, args ...string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := u.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"run": name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "busybox", Args: args}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -475,7 +476,9 @@ func TestUpStartsAsManyNodesAsAsked(t *testing.T) {
 }
 
 // TestUpRunsRealContainersWithTheCRIProvider runs `vkubelet up --provider cri`: a
-// busybox pod becomes a real container whose output kubectl logs shows.
+// busybox pod becomes a real container whose output kubectl logs shows and whose
+// usage kubectl top shows; a client pod reaches a web pod through its Service's
+// name (kube-proxy and CoreDNS, which up starts with --netns).
 func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 	u := startUp(t, "--provider", "cri")
 	u.run(t, "real", "sh", "-c", "echo hello from a real container; sleep 3600")
@@ -484,6 +487,30 @@ func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 		b, err := req.DoRaw(context.Background())
 		return err == nil && string(b) == "hello from a real container\n", fmt.Sprintf("logs %q, %v", b, err)
 	})
+	if err := netns.Available(); err != nil {
+		t.Logf("not checking Services, cluster DNS and kubectl top: up runs them only with --netns (%v)", err)
+	} else {
+		// The container's usage, from the runtime's stats through metrics-server.
+		u.top(t, "namespaces/default/pods/real", "pod", "real")
+		// A Service in front of a pod on the node, reached by name from another.
+		ctx := context.Background()
+		u.run(t, "web", "sh", "-c", "mkdir -p /www && echo hello from web > /www/index.html && exec httpd -f -p 8080 -h /www")
+		if _, err := u.client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"run": "web"},
+				Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		u.run(t, "client", "sh", "-c", "until wget -q -O- http://web/; do sleep 1; done; sleep 3600")
+		logs := u.client.CoreV1().Pods("default").GetLogs("client", &corev1.PodLogOptions{})
+		testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+			b, err := logs.DoRaw(ctx)
+			return err == nil && string(b) == "hello from web\n", fmt.Sprintf("client's logs %q, %v", b, err)
+		})
+	}
 	m := regexp.MustCompile(`containerd at (\S+)/containerd\.sock`).FindStringSubmatch(u.stderr.String())
 	if m == nil {
 		t.Fatalf("up did not say where containerd runs:\n%s", u.stderr.String())
