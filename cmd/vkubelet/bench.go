@@ -90,7 +90,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 				if runs > 1 {
 					fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d\n", i+1, runs)
 				}
-				r, err := benchOnce(ctx, cmd, cfg, kubeconfig)
+				r, err := onControlPlane(ctx, cmd, cfg, kubeconfig, bench.Run)
 				if err != nil {
 					return err
 				}
@@ -128,22 +128,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 func benchSlurm(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool) error {
 	var results []*bench.SlurmResult
 	for i := 0; i < runs; i++ {
-		ctx := cmd.Context()
-		kc := kubeconfig
-		if kc == "" {
-			cp, err := controlplane.Start(ctx, controlplane.Config{ServiceAccountAdmission: true, Out: cmd.ErrOrStderr()})
-			if err != nil {
-				return err
-			}
-			defer cp.Stop()
-			kc = cp.KubeconfigPath
-		}
-		cfg.Kubeconfig = kc
-		var err error
-		if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kc); err != nil {
-			return err
-		}
-		r, err := bench.RunSlurm(ctx, cfg)
+		r, err := onControlPlane(cmd.Context(), cmd, cfg, kubeconfig, bench.RunSlurm)
 		if err != nil {
 			return err
 		}
@@ -172,7 +157,7 @@ func benchSlurm(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs in
 func benchCRI(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool) error {
 	var results []*bench.CRIResult
 	for i := 0; i < runs; i++ {
-		r, err := benchCRIOnce(cmd, cfg, kubeconfig)
+		r, err := onControlPlane(cmd.Context(), cmd, cfg, kubeconfig, bench.RunCRI)
 		if err != nil {
 			return err
 		}
@@ -188,24 +173,6 @@ func benchCRI(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int,
 	}
 	printCRIResult(cmd.OutOrStdout(), res, results)
 	return nil
-}
-
-func benchCRIOnce(cmd *cobra.Command, cfg bench.Config, kubeconfig string) (*bench.CRIResult, error) {
-	ctx := cmd.Context()
-	if kubeconfig == "" {
-		cp, err := controlplane.Start(ctx, controlplane.Config{ServiceAccountAdmission: true, Out: cmd.ErrOrStderr()})
-		if err != nil {
-			return nil, err
-		}
-		defer cp.Stop()
-		kubeconfig = cp.KubeconfigPath
-	}
-	cfg.Kubeconfig = kubeconfig
-	var err error
-	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		return nil, err
-	}
-	return bench.RunCRI(ctx, cfg)
 }
 
 // printCRIResult prints the medians of the raw CRI path and the node side by
@@ -340,17 +307,19 @@ func byKind(m map[string]float64, format string) string {
 	return strings.Join(kinds, ", ")
 }
 
-// benchOnce runs the benchmark once against kubeconfig or, without one, against a
-// local control plane of its own: a fresh one per run, so that every run starts
-// from an empty etcd rather than from the history of the runs before it, which
-// slows the API server down as it grows. It runs no controller-manager (which
-// would compete for the same cores) but keeps the ServiceAccount admission
-// plugin on, so pods get their token volume as in a real cluster.
-func benchOnce(ctx context.Context, cmd *cobra.Command, cfg bench.Config, kubeconfig string) (*bench.Result, error) {
+// onControlPlane runs one run of a benchmark against kubeconfig or, without one,
+// against a local control plane of its own, stopped after the run: a fresh one per
+// run, so that every run starts from an empty etcd rather than from the history of
+// the runs before it, which slows the API server down as it grows. It runs no
+// controller-manager (which would compete for the same cores) but keeps the
+// ServiceAccount admission plugin on, so pods get their token volume as in a real
+// cluster.
+func onControlPlane[R any](ctx context.Context, cmd *cobra.Command, cfg bench.Config, kubeconfig string, run func(context.Context, bench.Config) (R, error)) (R, error) {
+	var none R
 	if kubeconfig == "" {
 		cp, err := controlplane.Start(ctx, controlplane.Config{ServiceAccountAdmission: true, Out: cmd.ErrOrStderr()})
 		if err != nil {
-			return nil, err
+			return none, err
 		}
 		defer cp.Stop()
 		kubeconfig = cp.KubeconfigPath
@@ -358,7 +327,7 @@ func benchOnce(ctx context.Context, cmd *cobra.Command, cfg bench.Config, kubeco
 	cfg.Kubeconfig = kubeconfig
 	var err error
 	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		return nil, err
+		return none, err
 	}
-	return bench.Run(ctx, cfg)
+	return run(ctx, cfg)
 }

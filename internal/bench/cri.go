@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,7 +100,7 @@ func RunCRI(ctx context.Context, cfg Config) (*CRIResult, error) {
 		dir: filepath.Join(env.Dir, "raw"), warmImages: []string{env.Pause, env.Busybox},
 		namespace: []byte(ns), caPEM: caPEM, clusterDomain: cri.DefaultClusterDomain,
 	}
-	if raw.dns, err = dnsFromResolvConf(cri.DefaultResolvConf); err != nil {
+	if raw.dns, err = cri.NodeDNSConfig(cri.DefaultResolvConf); err != nil {
 		return nil, err
 	}
 	if cfg.Shape == ShapeDeployment {
@@ -330,7 +329,7 @@ func (r *rawCRI) start(ctx context.Context, pod *corev1.Pod) error {
 		mounts = append(mounts, &runtimeapi.Mount{ContainerPath: vm.MountPath, HostPath: filepath.Join(dir, "volumes", vm.Name), Readonly: true})
 	}
 	hosts := filepath.Join(dir, "etc-hosts")
-	if err := os.WriteFile(hosts, hostsFile(st.GetStatus().GetNetwork().GetIp(), pod.Name), 0o644); err != nil {
+	if err := os.WriteFile(hosts, cri.PodHostsFile(st.GetStatus().GetNetwork().GetIp(), pod.Name), 0o644); err != nil {
 		return err
 	}
 	termination := filepath.Join(dir, "containers", c.Name, "0")
@@ -383,7 +382,7 @@ func (r *rawCRI) clean(ctx context.Context) error {
 		if _, err := r.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			return fmt.Errorf("RemovePodSandbox: %w", err)
 		}
-		removeCgroups(sb.GetMetadata().GetUid())
+		crienv.RemovePodCgroups(sb.GetMetadata().GetUid())
 	}
 	if err := crienv.RemoveAllMounted(r.dir); err != nil {
 		return err
@@ -400,25 +399,6 @@ func (r *rawCRI) clean(ctx context.Context) error {
 		return fmt.Errorf("%d sandboxes and %d containers left in the runtime", len(left.Items), len(ctrs.Containers))
 	}
 	return nil
-}
-
-// removeCgroups removes the cgroup directories of the pod uid (cgroup parent
-// /vkubelet/pod<uid>, as the CRI provider names it), which the runtime leaves
-// behind, deepest first.
-func removeCgroups(uid string) {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, root := range append(roots, "/sys/fs/cgroup") {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(root, "vkubelet", "pod"+uid), func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Remove(dirs[i])
-		}
-	}
 }
 
 // rawSandboxConfig is the sandbox the CRI provider asks for pod (one with a
@@ -489,56 +469,6 @@ func rawContainerConfig(pod *corev1.Pod, c *corev1.Container, node string, mount
 	}
 	for _, e := range c.Env {
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
-	}
-	return cfg
-}
-
-// hostsFile is the hosts file the CRI provider writes for a pod with a network
-// namespace of its own: the loopback names, then the pod's IP and hostname.
-func hostsFile(podIP, hostname string) []byte {
-	var b strings.Builder
-	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	b.WriteString("fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
-	if podIP != "" {
-		b.WriteString(podIP + "\t" + hostname + "\n")
-	}
-	return []byte(b.String())
-}
-
-// dnsFromResolvConf is the resolver configuration the CRI provider gives a
-// ClusterFirst pod on a node without cluster DNS: the node's resolv.conf, its
-// nameservers, its last search line and its options.
-func dnsFromResolvConf(path string) (*runtimeapi.DNSConfig, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseResolvConf(string(b)), nil
-}
-
-func parseResolvConf(s string) *runtimeapi.DNSConfig {
-	cfg := &runtimeapi.DNSConfig{}
-	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || strings.HasPrefix(f[0], "#") || strings.HasPrefix(f[0], ";") {
-			continue
-		}
-		switch f[0] {
-		case "nameserver":
-			cfg.Servers = append(cfg.Servers, f[1])
-		case "search":
-			cfg.Searches = nil
-			for _, d := range f[1:] {
-				if d != "." {
-					cfg.Searches = append(cfg.Searches, strings.TrimSuffix(d, "."))
-				}
-			}
-		case "options":
-			cfg.Options = append(cfg.Options, f[1:]...)
-		}
-	}
-	if len(cfg.Servers) > 3 {
-		cfg.Servers = cfg.Servers[:3]
 	}
 	return cfg
 }

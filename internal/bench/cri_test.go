@@ -120,7 +120,7 @@ func TestRawCRIConfigsAreTheProviders(t *testing.T) {
 	rp := &provider.ResolvedPod{Pod: pod, Env: map[string][]corev1.EnvVar{c.Name: c.Env}}
 	wantSB, wantCtr := providerConfigs(t, rp, "n", resolvConf)
 
-	dns, err := dnsFromResolvConf(resolvConf)
+	dns, err := cri.NodeDNSConfig(resolvConf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,28 +162,6 @@ func TestAdmittedPodMountsTheTokenOnlyWithOne(t *testing.T) {
 	without := (&rawCRI{}).admitted(tmpl.pod("p", ""))
 	if len(without.Spec.Volumes) != 0 || len(without.Spec.Containers[0].VolumeMounts) != 0 {
 		t.Fatalf("without a token: volumes %+v, mounts %+v", without.Spec.Volumes, without.Spec.Containers[0].VolumeMounts)
-	}
-}
-
-func TestParseResolvConf(t *testing.T) {
-	got := parseResolvConf(`# comment
-nameserver 10.0.0.1
-search a.example. b.example
-; another
-nameserver 10.0.0.2
-search c.example .
-options ndots:2 edns0
-nameserver 10.0.0.3
-nameserver 10.0.0.4
-options rotate
-`)
-	want := &runtimeapi.DNSConfig{
-		Servers:  []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}, // glibc reads three
-		Searches: []string{"c.example"},                        // the last search line wins, "." left out
-		Options:  []string{"ndots:2", "edns0", "rotate"},
-	}
-	if got.String() != want.String() {
-		t.Fatalf("got %s, want %s", got, want)
 	}
 }
 

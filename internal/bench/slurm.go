@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
@@ -71,7 +70,7 @@ func RunSlurm(ctx context.Context, cfg Config) (*SlurmResult, error) {
 	if out, err := pull.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pulling %s: %v: %s", reg.Busybox, err, out)
 	}
-	c, err := kubernetes.NewForConfig(cfg.RESTConfig)
+	c, err := loadClient(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -259,3 +259,16 @@ func (p *Provider) dnsConfig(pod *corev1.Pod) (*runtimeapi.DNSConfig, []podWarni
 	cfg, warnings := podDNSConfig(pod, s)
 	return cfg, warnings, nil
 }
+
+// NodeDNSConfig is the resolver configuration the provider gives a pod that uses
+// the node's (dnsPolicy Default, or ClusterFirst on a node without clusterDNS):
+// the resolv.conf at path within the kubelet's limits. The CRI benchmark runs its
+// raw pods with it, to compare like with like.
+func NodeDNSConfig(path string) (*runtimeapi.DNSConfig, error) {
+	rc, err := readResolvConf(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, _ := podDNSConfig(&corev1.Pod{Spec: corev1.PodSpec{DNSPolicy: corev1.DNSDefault}}, dnsSettings{node: rc})
+	return cfg, nil
+}

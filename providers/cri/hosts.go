@@ -147,3 +147,14 @@ func (p *Provider) hostsMount(pod *corev1.Pod, c *corev1.Container, podIP string
 	}
 	return &runtimeapi.Mount{ContainerPath: etcHosts, HostPath: path}, nil
 }
+
+// PodHostsFile is the hosts file the provider writes for a pod with a network
+// namespace of its own, no subdomain and no hostAliases. The CRI benchmark mounts
+// it into its raw pods, to compare like with like.
+func PodHostsFile(podIP, hostname string) []byte {
+	var ips []string
+	if podIP != "" {
+		ips = []string{podIP}
+	}
+	return managedHostsFile(ips, hostname, "", nil)
+}

@@ -408,9 +408,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	}
 }
 
-// removePodCgroups removes the cgroups the CRI provider made for the pod uid (its
-// sandboxes' cgroup parent is /vkubelet/pod<uid>), for pods left running at the end.
-func removePodCgroups(uid string) {
+// RemovePodCgroups removes the cgroups the CRI provider made for the pod uid (its
+// sandboxes' cgroup parent is /vkubelet/pod<uid>), which the runtime leaves
+// behind, deepest first: for pods left running at the end, and the benchmark's.
+func RemovePodCgroups(uid string) {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, root := range append(roots, "/sys/fs/cgroup") {
 		var dirs []string
@@ -535,7 +536,7 @@ func (e *Env) Stop() {
 				for _, s := range list.Items {
 					_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
 					_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
-					removePodCgroups(s.GetMetadata().GetUid())
+					RemovePodCgroups(s.GetMetadata().GetUid())
 				}
 			}
 			cancel()
