@@ -647,14 +647,7 @@ func TestDeadSandboxIsRecreated(t *testing.T) {
 		t.Fatalf("%d sandboxes", len(old))
 	}
 	before := logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
-	conn, err := env.Conn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := runtimeapi.NewRuntimeServiceClient(conn).StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: old[0].Id}); err != nil {
-		t.Fatal(err)
-	}
+	stopBehindTheProvidersBack(t, old[0].Id)
 	var st *corev1.PodStatus
 	waitFor(t, 60*time.Second, "a new sandbox, running, with the restart counted", func() (bool, string) {
 		ready := 0
@@ -701,20 +694,26 @@ func TestDeadSandboxEndsANeverPod(t *testing.T) {
 	}
 	waitRunningReady(t, p, pod)
 	old := sandboxes(t)
-	conn, err := env.Conn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := runtimeapi.NewRuntimeServiceClient(conn).StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: old[0].Id}); err != nil {
-		t.Fatal(err)
-	}
+	stopBehindTheProvidersBack(t, old[0].Id)
 	st := waitStatus(t, p, pod, 30*time.Second, "Failed", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodFailed })
 	if cs := st.ContainerStatuses[0]; cs.State.Terminated == nil || cs.RestartCount != 0 {
 		t.Errorf("container = %+v", cs)
 	}
 	if sbs := sandboxes(t); len(sbs) != 1 || sbs[0].Id != old[0].Id {
 		t.Errorf("%d sandboxes, want only the dead one", len(sbs))
+	}
+}
+
+// stopBehindTheProvidersBack stops a sandbox as a crash or an operator would.
+func stopBehindTheProvidersBack(t *testing.T, sandbox string) {
+	t.Helper()
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := runtimeapi.NewRuntimeServiceClient(conn).StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sandbox}); err != nil {
+		t.Fatal(err)
 	}
 }
 
