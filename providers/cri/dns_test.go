@@ -188,7 +188,9 @@ func TestLimitSearchesKeepsWhatTheKubeletKeeps(t *testing.T) {
 
 // Against containerd: a ClusterFirst pod's /etc/resolv.conf names the cluster DNS
 // with the cluster's search list before the node's, a Default pod's is the node's
-// (the configured resolvConf), a None pod's is its dnsConfig alone.
+// (the configured resolvConf), a None pod's is its dnsConfig alone; in the node's
+// network, a ClusterFirstWithHostNet pod's names the cluster DNS and a ClusterFirst
+// pod's is the node's.
 func TestResolvConfFollowsDNSPolicy(t *testing.T) {
 	needRuntime(t)
 	cfg := testConfig(t)
@@ -211,7 +213,19 @@ func TestResolvConfFollowsDNSPolicy(t *testing.T) {
 		Searches:    []string{"a.example"},
 		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("1")}},
 	}
+	// In the node's network: ClusterFirstWithHostNet gets the cluster's DNS,
+	// ClusterFirst the node's.
+	hostNet := busyboxPod("hostnet", sleepForever)
+	hostNet.Spec.HostNetwork, hostNet.Spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
+	hostFirst := busyboxPod("hostfirst", sleepForever)
+	hostFirst.Spec.HostNetwork, hostFirst.Spec.DNSPolicy = true, corev1.DNSClusterFirst
 	want := map[*corev1.Pod]resolvConf{
+		hostNet: {
+			servers:  []string{"10.0.0.10"},
+			searches: []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"},
+			options:  []string{"ndots:5"},
+		},
+		hostFirst: {servers: []string{"192.0.2.53"}, searches: []string{"corp.example"}, options: []string{"timeout:2"}},
 		cluster: {
 			servers:  []string{"10.0.0.10"},
 			searches: []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"},
