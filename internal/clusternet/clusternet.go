@@ -228,8 +228,9 @@ func (n *Network) startKubeProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Conntrack's table size and timeouts are global to the machine, not the
-	// namespace: zeros leave them as the host has them.
+	// Conntrack's table size is the machine's, not the namespace's, and a node
+	// on a test machine has no business tuning it: zeros leave conntrack's size
+	// and timeouts as they are.
 	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:

@@ -53,7 +53,7 @@ func TestKubeProxyAndCoreDNSServeTheNamespace(t *testing.T) {
 			}
 			defer c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 			n, err := Start(ctx, Config{ControlPlane: cp, Link: link, NodeName: node,
-				PodCIDR: "10.244.250.0/24", Mode: mode, Out: os.Stderr, Dir: os.Getenv("CNDIR")})
+				PodCIDR: "10.244.250.0/24", Mode: mode, Out: os.Stderr, Dir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
