@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -69,7 +70,22 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 		return cur == rec && (rec.status == nil || (rec.status.Phase != corev1.PodSucceeded && rec.status.Phase != corev1.PodFailed))
 	}
 	follow := opts.Follow && !opts.Previous && running(ctx)
-	r, err := crilog.Open(ctx, filepath.Join(dir, "log"), opts, follow, running)
+	logFile := filepath.Join(dir, "log")
+	if follow {
+		// The script records the start before podman has made the log file:
+		// a follower waits for it, as it would for the next line.
+		for {
+			if _, err := os.Stat(logFile); !errors.Is(err, os.ErrNotExist) || !running(ctx) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	r, err := crilog.Open(ctx, logFile, opts, follow, running)
 	if errors.Is(err, os.ErrNotExist) {
 		return io.NopCloser(bytes.NewReader(nil)), nil // started, nothing written yet
 	}

@@ -113,8 +113,9 @@ func waitFor(ctx context.Context, d *daemon, what string, ready func(context.Con
 }
 
 // killLeftovers kills the job steps' processes: every process whose environment has
-// our SLURM_CONF (slurmstepd inherits it from slurmd, jobs from sbatch) and all its
-// descendants, which may have dropped it. Without slurmd and slurmctld, slurmstepd
+// our SLURM_CONF (slurmstepd inherits it from slurmd, jobs from sbatch), every
+// conmon of our podman storage (a job killed while podman started a container
+// leaves it running), and all their descendants, which may have dropped both. Without slurmd and slurmctld, slurmstepd
 // would only wait to report, so there is no point in asking politely.
 func (e *Env) killLeftovers() error {
 	deadline := time.Now().Add(5 * time.Second)
@@ -140,6 +141,10 @@ func (e *Env) leftovers() ([]int, error) {
 		return nil, err
 	}
 	marker := []byte("SLURM_CONF=" + e.Conf + "\x00")
+	var storage []byte
+	if e.podmanStorage != "" {
+		storage = []byte(e.podmanStorage + "/")
+	}
 	children := map[int][]int{}
 	var roots []int
 	self := os.Getpid()
@@ -153,6 +158,12 @@ func (e *Env) leftovers() ([]int, error) {
 		}
 		if env, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "environ")); err == nil && bytes.Contains(env, marker) {
 			roots = append(roots, pid)
+		} else if storage != nil {
+			// A container's conmon, which daemonizes away from its job and
+			// scrubs its environment, names the storage in its arguments.
+			if cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil && bytes.Contains(cmdline, storage) {
+				roots = append(roots, pid)
+			}
 		}
 	}
 	seen := map[int]bool{}

@@ -329,6 +329,11 @@ func (e *Env) Stop() error {
 	if err := e.killLeftovers(); err != nil {
 		errs = append(errs, err)
 	}
+	if e.podmanStorage != "" {
+		// And the containers a job created after the first removal.
+		podman := e.podman()
+		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
+	}
 	if os.Getenv(keepEnv) == "" {
 		if err := os.RemoveAll(e.Dir); err != nil {
 			errs = append(errs, err)
