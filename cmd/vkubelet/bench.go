@@ -286,6 +286,9 @@ func printResult(out io.Writer, r *bench.Result) {
 
 	for _, c := range nodes {
 		fmt.Fprintf(out, "\n%s writes per pod start (counted by %s): %s", c.name, c.n.WritesCountedBy, byKind(c.n.WritesByKind, "%.3f"))
+		if len(c.n.DeleteWritesByKind) > 0 {
+			fmt.Fprintf(out, "\n%s writes per pod delete (counted by %s): %s", c.name, c.n.WritesCountedBy, byKind(c.n.DeleteWritesByKind, "%.3f"))
+		}
 		if len(c.n.IdleWritesPerS) > 0 {
 			fmt.Fprintf(out, "\n%s idle writes/s: %s", c.name, byKind(c.n.IdleWritesPerS, "%.3f"))
 		}

@@ -102,6 +102,9 @@ type NodeResult struct {
 	// until 2 s after the last pod is Running (lease renewals in that time included).
 	WritesPerPod float64            `json:"writes_per_pod"`
 	WritesByKind map[string]float64 `json:"writes_per_pod_by_kind"`
+	// DeleteWritesByKind are the agent's API writes per pod deleted, by kind,
+	// counted from the start of the deletions to 2 s after the last (not for kwok).
+	DeleteWritesByKind map[string]float64 `json:"writes_per_pod_delete_by_kind,omitempty"`
 	// WritesCountedBy says who counted them: "agent" (its own
 	// vkubelet_api_requests_total) or "apiserver" (apiserver_request_total, less
 	// the benchmark's own writes).
@@ -302,10 +305,24 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	}
 
 	fmt.Fprintf(cfg.Log, "bench: %s: deleting %d pods\n", n.kind, cfg.Pods)
+	beforeDelete, err := n.writes(ctx)
+	if err != nil {
+		return nil, n.failed(err)
+	}
 	deleteStart := time.Now()
 	dlat, dspan, err := deletePods(ctx, c, obs, cfg, tmpl, ns)
 	if err != nil {
 		return nil, n.failed(err)
+	}
+	time.Sleep(2 * time.Second) // trailing writes
+	afterDelete, err := n.writes(ctx)
+	if err != nil {
+		return nil, n.failed(err)
+	}
+	if n.benchWrites == nil {
+		// Counted by the agent itself; from the API server's counts (kwok) the
+		// benchmark's own deletions could not be told from the node's.
+		r.DeleteWritesByKind = writesPerPod(beforeDelete, afterDelete, nil, cfg.Pods)
 	}
 	r.DeleteSeconds = time.Since(deleteStart).Seconds()
 	r.DeletePodsPerS = float64(cfg.Pods) / dspan.Seconds()

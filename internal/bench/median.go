@@ -68,6 +68,7 @@ func medianNode(runs []*NodeResult) NodeResult {
 	out.P99ms = med(func(r *NodeResult) float64 { return r.P99ms })
 	out.WritesPerPod = med(func(r *NodeResult) float64 { return r.WritesPerPod })
 	out.WritesByKind = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.WritesByKind })
+	out.DeleteWritesByKind = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.DeleteWritesByKind })
 	if out.IdleWritesPerS != nil {
 		out.IdleWritesPerS = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.IdleWritesPerS })
 	}
