@@ -20,7 +20,6 @@
 package clusternet
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -28,11 +27,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
@@ -97,7 +94,7 @@ type Network struct {
 	cfg        Config
 	ownsDir    bool
 	forwarders []*netns.Forwarder
-	daemons    []*daemon
+	daemons    []*spawn.Process
 }
 
 // Start brings the node's namespace to what kube-proxy expects, publishes the
@@ -213,7 +210,7 @@ func (n *Network) startCoreDNS(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	return d.waitFor(ctx, 2*time.Minute, func() error {
+	return waitFor(ctx, d, 2*time.Minute, func() error {
 		return n.httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", coreDNSReadyPort))
 	})
 }
@@ -258,7 +255,7 @@ conntrack:
 	}
 	// Ready when the kube-dns Service is in the namespace's tables: the first
 	// full sync is done.
-	return d.waitFor(ctx, 2*time.Minute, func() error {
+	return waitFor(ctx, d, 2*time.Minute, func() error {
 		rules, err := n.Rules()
 		if err != nil {
 			return err
@@ -305,7 +302,7 @@ func (n *Network) httpOK(url string) error {
 // with the namespace; the Services' endpoints stay, for other nodes.
 func (n *Network) Stop() {
 	for i := len(n.daemons) - 1; i >= 0; i-- {
-		n.daemons[i].stop(10 * time.Second)
+		n.daemons[i].Stop(10 * time.Second)
 	}
 	for _, f := range n.forwarders {
 		_ = f.Close()
@@ -315,37 +312,18 @@ func (n *Network) Stop() {
 	}
 }
 
-// daemon is a process running in the namespace, logging to <Dir>/<name>.log.
-type daemon struct {
-	name, log string
-	cmd       *exec.Cmd
-	exited    chan struct{}
-	err       error
-}
-
-func (n *Network) run(name, bin string, args ...string) (*daemon, error) {
-	d := &daemon{name: name, log: filepath.Join(n.Dir, name+".log"), exited: make(chan struct{})}
-	f, err := os.Create(d.log)
+// run starts bin in the namespace, logging to <Dir>/<name>.log.
+func (n *Network) run(name, bin string, args ...string) (*spawn.Process, error) {
+	p, err := spawn.StartLogged(name, filepath.Join(n.Dir, name+".log"), n.cfg.Link.Command(bin, args...))
 	if err != nil {
 		return nil, err
 	}
-	d.cmd = n.cfg.Link.Command(bin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = f, f
-	if err := spawn.Start(d.cmd); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		f.Close()
-		close(d.exited)
-	}()
-	n.daemons = append(n.daemons, d)
-	return d, nil
+	n.daemons = append(n.daemons, p)
+	return p, nil
 }
 
-// waitFor polls ready until it succeeds, the daemon exits or timeout passes.
-func (d *daemon) waitFor(ctx context.Context, timeout time.Duration, ready func() error) error {
+// waitFor polls ready until it succeeds, p exits or timeout passes.
+func waitFor(ctx context.Context, p *spawn.Process, timeout time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := ready()
@@ -353,48 +331,14 @@ func (d *daemon) waitFor(ctx context.Context, timeout time.Duration, ready func(
 			return nil
 		}
 		select {
-		case <-d.exited:
-			return fmt.Errorf("%s exited (%v):\n%s", d.name, d.err, d.tail())
+		case <-p.Done():
+			return fmt.Errorf("%s exited (%v):\n%s", p.Name, p.Err(), p.Tail(25))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s (%v):\n%s", d.name, timeout, err, d.tail())
+			return fmt.Errorf("%s not ready after %s (%v):\n%s", p.Name, timeout, err, p.Tail(25))
 		}
 	}
-}
-
-func (d *daemon) stop(grace time.Duration) {
-	select {
-	case <-d.exited:
-		return
-	default:
-	}
-	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(grace):
-		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-		<-d.exited
-	}
-}
-
-// tail is the end of the daemon's log, for errors.
-func (d *daemon) tail() string {
-	f, err := os.Open(d.log)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var lines []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		lines = append(lines, s.Text())
-		if len(lines) > 25 {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }

@@ -363,7 +363,7 @@ func waitHTTP(ctx context.Context, p *process, url string, client *http.Client, 
 		}
 	}
 	return fmt.Errorf("%s not ready after %s (last answer: %s); last lines of %s:\n%s",
-		p.name, timeout, last, p.logPath, tailFile(p.logPath, 25))
+		p.Name, timeout, last, p.Log, p.Tail(25))
 }
 
 // writeKubeconfig writes a kubeconfig for the given client certificate.
@@ -390,7 +390,7 @@ func (cp *ControlPlane) PIDs() map[string]int {
 	out := map[string]int{}
 	for _, p := range cp.processes {
 		if p.running() {
-			out[p.name] = p.cmd.Process.Pid
+			out[p.Name] = p.Cmd.Process.Pid
 		}
 	}
 	return out
@@ -411,7 +411,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 // stopComponent stops the component called name alone.
 func (cp *ControlPlane) stopComponent(name string) error {
 	for i, p := range cp.processes {
-		if p.name == name {
+		if p.Name == name {
 			cp.processes = append(cp.processes[:i:i], cp.processes[i+1:]...)
 			return p.stop(10 * time.Second)
 		}
@@ -422,7 +422,7 @@ func (cp *ControlPlane) stopComponent(name string) error {
 // started reports whether the component called name was started and not stopped.
 func (cp *ControlPlane) started(name string) bool {
 	for _, p := range cp.processes {
-		if p.name == name {
+		if p.Name == name {
 			return true
 		}
 	}

@@ -116,7 +116,7 @@ func (cp *ControlPlane) StartMetricsServer(ctx context.Context, cfg MetricsServe
 		return err
 	}
 	cp.processes = append(cp.processes, p)
-	fmt.Fprintf(cp.cfg.Out, "controlplane: metrics-server %s listening on %s:%d (log: %s)\n", MetricsServerVersion, cfg.Address, port, p.logPath)
+	fmt.Fprintf(cp.cfg.Out, "controlplane: metrics-server %s listening on %s:%d (log: %s)\n", MetricsServerVersion, cfg.Address, port, p.Log)
 	return nil
 }
 

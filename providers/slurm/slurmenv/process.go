@@ -16,80 +16,30 @@ import (
 	"github.com/vkubelet/vkubelet/internal/spawn"
 )
 
-// daemon is one of the cluster's processes, started in the foreground so that it
-// dies with us (internal/spawn) and we see when it exits.
-type daemon struct {
-	name string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, once done is closed
-}
-
-// start runs the program with its output appended to log. The environment carries
-// SLURM_CONF, which also marks the daemon's descendants as ours for Stop.
-func (e *Env) start(log string, name string, args ...string) (*daemon, error) {
-	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// start runs one of the cluster's daemons in the foreground, so that it dies with
+// us (internal/spawn) and we see when it exits, its output appended to log. The
+// environment carries SLURM_CONF, which also marks the daemon's descendants as
+// ours for Stop.
+func (e *Env) start(log string, name string, args ...string) (*spawn.Process, error) {
+	cmd := exec.Command(e.bins[name], args...)
+	cmd.Dir = e.Dir
+	cmd.Env = e.Environ()
+	d, err := spawn.StartLogged(name, log, cmd)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("slurmenv: %w", err)
 	}
-	defer f.Close()
-	d := &daemon{name: name, log: log, cmd: exec.Command(e.bins[name], args...), done: make(chan struct{})}
-	d.cmd.Dir = e.Dir
-	d.cmd.Env = e.Environ()
-	d.cmd.Stdout, d.cmd.Stderr = f, f
-	if err := spawn.Start(d.cmd); err != nil {
-		return nil, fmt.Errorf("slurmenv: start %s: %w", name, err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.done)
-	}()
 	return d, nil
 }
 
-// running reports whether the daemon was started and has not exited.
-func (d *daemon) running() bool { return d != nil && !d.exited() }
-
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to the daemon's process group, and SIGKILL if it has not
-// exited after grace.
-func (d *daemon) stop(grace time.Duration) {
-	if !d.running() {
-		return
-	}
-	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-		<-d.done
-	}
-}
-
-// logTail is the end of the daemon's log, for error messages.
-func (d *daemon) logTail() string {
-	b, _ := os.ReadFile(d.log)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
+// tailLines is how much of a daemon's log an error message quotes.
+const tailLines = 40
 
 // permanentError is a readiness check's way of saying that waiting longer is no use.
 type permanentError struct{ error }
 
 // waitFor polls ready until it returns nil or a permanentError, the daemon exits, or
 // the deadline passes.
-func waitFor(ctx context.Context, d *daemon, what string, ready func(context.Context) error) error {
+func waitFor(ctx context.Context, d *spawn.Process, what string, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -100,13 +50,13 @@ func waitFor(ctx context.Context, d *daemon, what string, ready func(context.Con
 			return nil
 		}
 		if errors.As(err, new(permanentError)) {
-			return fmt.Errorf("slurmenv: %s: not %s: %w: %s", d.name, what, err, d.logTail())
+			return fmt.Errorf("slurmenv: %s: not %s: %w: %s", d.Name, what, err, d.Tail(tailLines))
 		}
 		select {
-		case <-d.done:
-			return fmt.Errorf("slurmenv: %s exited (%v) before %s: %s", d.name, d.err, what, d.logTail())
+		case <-d.Done():
+			return fmt.Errorf("slurmenv: %s exited (%v) before %s: %s", d.Name, d.Err(), what, d.Tail(tailLines))
 		case <-ctx.Done():
-			return fmt.Errorf("slurmenv: %s: not %s (%v): %w: %s", d.name, what, err, ctx.Err(), d.logTail())
+			return fmt.Errorf("slurmenv: %s: not %s (%v): %w: %s", d.Name, what, err, ctx.Err(), d.Tail(tailLines))
 		case <-tick.C:
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/spawn"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/slurm"
@@ -69,9 +70,9 @@ type Env struct {
 
 	bins        map[string]string // absolute paths of the daemons and commands
 	mungeSocket string
-	munged      *daemon
-	slurmctld   *daemon
-	slurmd      *daemon
+	munged      *spawn.Process
+	slurmctld   *spawn.Process
+	slurmd      *spawn.Process
 }
 
 // Daemons are looked up in /usr/sbin too: a root shell reached through sudo or su
@@ -182,7 +183,7 @@ func (e *Env) startMunge(ctx context.Context) error {
 // longer UNKNOWN: a restarted slurmctld shows a node that had no jobs so until its
 // slurmd registers again, a few seconds later (a busy node keeps its state).
 func (e *Env) StartController(ctx context.Context) error {
-	if e.slurmctld.running() {
+	if e.slurmctld.Running() {
 		return errors.New("slurmenv: slurmctld is already running")
 	}
 	d, err := e.start(e.path("slurmctld.out"), "slurmctld", "-D", "-f", e.Conf)
@@ -218,10 +219,10 @@ func (e *Env) StartController(ctx context.Context) error {
 // StopController stops slurmctld alone, as when the controller goes down while the
 // node and its jobs carry on. It saves its state before it exits.
 func (e *Env) StopController() error {
-	if !e.slurmctld.running() {
+	if !e.slurmctld.Running() {
 		return errors.New("slurmenv: slurmctld is not running")
 	}
-	e.slurmctld.stop(30 * time.Second)
+	e.slurmctld.Stop(30 * time.Second)
 	return nil
 }
 
@@ -313,7 +314,7 @@ func isSlurmVar(kv string) bool {
 // unless SLURMENV_KEEP is set in the environment. It is safe to call on a partly started
 // Env and more than once.
 func (e *Env) Stop() error {
-	if e.slurmctld.running() && e.slurmd.running() {
+	if e.slurmctld.Running() && e.slurmd.Running() {
 		e.cancelJobs()
 	}
 	if e.podmanStorage != "" {
@@ -322,9 +323,9 @@ func (e *Env) Stop() error {
 		_ = exec.Command(podman[0], append(podman[1:], "rm", "--force", "--all", "--time=0")...).Run()
 		defer func() { _ = crienv.RemoveAllMounted(e.podmanStorage) }()
 	}
-	e.slurmd.stop(10 * time.Second)
-	e.slurmctld.stop(10 * time.Second)
-	e.munged.stop(10 * time.Second)
+	e.slurmd.Stop(10 * time.Second)
+	e.slurmctld.Stop(10 * time.Second)
+	e.munged.Stop(10 * time.Second)
 	var errs []error
 	if err := e.killLeftovers(); err != nil {
 		errs = append(errs, err)
