@@ -126,52 +126,57 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 // benchSlurm runs `bench --provider slurm`: on a fresh control plane per run (or
 // --kubeconfig), the median of --runs runs of the raw sbatch path next to the node.
 func benchSlurm(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool) error {
-	var results []*bench.SlurmResult
-	for i := 0; i < runs; i++ {
-		r, err := onControlPlane(cmd.Context(), cmd, cfg, kubeconfig, bench.RunSlurm)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d: sbatch %.1f pods/s, vkubelet %.1f pods/s (%+.0f%% time)\n",
-			i+1, runs, r.Sbatch.PodsPerS, r.Vkubelet.PodsPerS, 100*r.Overhead)
-		results = append(results, r)
-	}
-	res := bench.MedianSlurm(results)
-	if asJSON {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "pods\t%d on a private Slurm, runs %d (medians)\n\n", res.Pods, runs)
+	return benchNextToRaw(cmd, cfg, kubeconfig, runs, asJSON, bench.RunSlurm,
+		func(r *bench.SlurmResult) string {
+			return fmt.Sprintf("sbatch %.1f pods/s, vkubelet %.1f pods/s (%+.0f%% time)", r.Sbatch.PodsPerS, r.Vkubelet.PodsPerS, 100*r.Overhead)
+		},
+		bench.MedianSlurm, printSlurmResult)
+}
+
+// printSlurmResult prints the medians of the sbatch path and the node side by side.
+func printSlurmResult(out io.Writer, res *bench.SlurmResult, runs []*bench.SlurmResult) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "pods\t%d on a private Slurm, runs %d (medians)\n\n", res.Pods, len(runs))
 	fmt.Fprintln(w, "\tsbatch (the same job scripts)\tvkubelet --provider slurm")
 	fmt.Fprintf(w, "pods/s to Running\t%.1f\t%.1f\n", res.Sbatch.PodsPerS, res.Vkubelet.PodsPerS)
 	fmt.Fprintf(w, "time for all\t%.1f s\t%.1f s (%+.0f%%)\n", res.Sbatch.Seconds, res.Vkubelet.Seconds, 100*res.Overhead)
 	fmt.Fprintf(w, "p50 / p99\t%.0f / %.0f ms\t%.0f / %.0f ms\n", res.Sbatch.P50ms, res.Sbatch.P99ms, res.Vkubelet.P50ms, res.Vkubelet.P99ms)
-	return w.Flush()
+	_ = w.Flush()
 }
 
 // benchCRI runs `bench --provider cri`: on a fresh control plane and a fresh
 // containerd per run (or --kubeconfig), the median of --runs runs of the raw CRI
 // path next to the node.
 func benchCRI(cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool) error {
-	var results []*bench.CRIResult
+	return benchNextToRaw(cmd, cfg, kubeconfig, runs, asJSON, bench.RunCRI,
+		func(r *bench.CRIResult) string {
+			return fmt.Sprintf("raw CRI %.1f pods/s, vkubelet %.1f pods/s (%+.0f%% time)", r.Raw.PodsPerS, r.Vkubelet.PodsPerS, 100*r.Overhead)
+		},
+		bench.MedianCRI, printCRIResult)
+}
+
+// benchNextToRaw runs a benchmark of a provider next to its back end driven
+// directly (sbatch, the CRI) runs times, each on a control plane of its own,
+// reports each run on stderr, and writes the median: as JSON, or with print.
+func benchNextToRaw[R any](cmd *cobra.Command, cfg bench.Config, kubeconfig string, runs int, asJSON bool,
+	run func(context.Context, bench.Config) (R, error), describe func(R) string,
+	median func([]R) R, print func(io.Writer, R, []R)) error {
+	var results []R
 	for i := 0; i < runs; i++ {
-		r, err := onControlPlane(cmd.Context(), cmd, cfg, kubeconfig, bench.RunCRI)
+		r, err := onControlPlane(cmd.Context(), cmd, cfg, kubeconfig, run)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d: raw CRI %.1f pods/s, vkubelet %.1f pods/s (%+.0f%% time)\n",
-			i+1, runs, r.Raw.PodsPerS, r.Vkubelet.PodsPerS, 100*r.Overhead)
+		fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d: %s\n", i+1, runs, describe(r))
 		results = append(results, r)
 	}
-	res := bench.MedianCRI(results)
+	res := median(results)
 	if asJSON {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	printCRIResult(cmd.OutOrStdout(), res, results)
+	print(cmd.OutOrStdout(), res, results)
 	return nil
 }
 
