@@ -51,6 +51,10 @@ type podRecord struct {
 	// sandboxAttempt numbers the pod's sandboxes (the CRI's attempt: the
 	// runtime wants each sandbox of a pod under a name of its own).
 	sandboxAttempt uint32
+	// sandboxCfg is the configuration the current sandbox was made with, which
+	// each CreateContainer passes along; nil until the sandbox is made (or, after
+	// a restart of the provider, until a container is started).
+	sandboxCfg *runtimeapi.PodSandboxConfig
 	podIP          string
 	initDone       bool
 	terminal       bool
@@ -203,6 +207,7 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 		p.log.Warn("sandbox not ready, re-creating it", "pod", rec.key, "sandbox", rec.sandboxID)
 		rec.oldSandboxes = append(rec.oldSandboxes, rec.sandboxID)
 		rec.sandboxAttempt++
+		rec.sandboxCfg = nil
 		p.mu.Lock()
 		rec.sandboxID = ""
 		p.mu.Unlock()
@@ -312,6 +317,7 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 	}
 	rec.sandboxErr, rec.sandboxBackoff = "", 0
 	p.backoffs.Reset(backoffKey(rec.uid, "", "sandbox"))
+	rec.sandboxCfg = cfg
 	p.mu.Lock()
 	rec.sandboxID = resp.PodSandboxId
 	p.mu.Unlock()
@@ -613,11 +619,16 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		p.log.Warn("starting container", "pod", rec.key, "container", c.Name, "reason", reason, "err", err)
 		return false
 	}
-	sb, _, err := p.sandboxConfig(pod)
-	if err != nil {
-		return fail("CreateContainerConfigError", err)
+	sb := rec.sandboxCfg
+	if sb == nil {
+		// A sandbox found again after a restart of the provider.
+		var err error
+		if sb, _, err = p.sandboxConfig(pod); err != nil {
+			return fail("CreateContainerConfigError", err)
+		}
+		sb.Metadata.Attempt = rec.sandboxAttempt
+		rec.sandboxCfg = sb
 	}
-	sb.Metadata.Attempt = rec.sandboxAttempt
 	if err := p.ensureImage(ctx, sb, c, creds); err != nil {
 		reason := "ErrImagePull"
 		if c.ImagePullPolicy == corev1.PullNever {
