@@ -55,10 +55,10 @@ type podRecord struct {
 	// each CreateContainer passes along; nil until the sandbox is made (or, after
 	// a restart of the provider, until a container is started).
 	sandboxCfg *runtimeapi.PodSandboxConfig
-	podIP          string
-	initDone       bool
-	terminal       bool
-	killed         bool // stopped by DeletePod
+	podIP      string
+	initDone   bool
+	terminal   bool
+	killed     bool // stopped by DeletePod
 	// deadlineExceeded: stopped for running longer than activeDeadlineSeconds.
 	deadlineExceeded bool
 	ctrs             map[string]*ctrState
