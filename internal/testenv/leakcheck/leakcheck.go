@@ -9,7 +9,8 @@
 // idle, do not count. A file descriptor counts when it was opened after the
 // snapshot and is a file, a pipe or a listening socket; connected sockets (the
 // same pool) and child processes' handles do not. Goroutines of the control plane
-// that a fault test restarts do not count either.
+// that a fault test restarts, and those waiting for the daemons package spawn
+// runs around a node, do not count either.
 package leakcheck
 
 import (
@@ -161,9 +162,14 @@ func counts(stack string) bool {
 
 // testInfrastructure reports whether fn belongs to what the tests start around a
 // node (the control plane a fault test restarts, the test environment), whose
-// goroutines outlive a node by design.
+// goroutines outlive a node by design. Package spawn runs the daemons around a
+// node (the control plane's components, cluster networking, Slurm), never the
+// node's own work, and its goroutine that waits for a child names only spawn:
+// a restarted kube-apiserver's would otherwise count.
 func testInfrastructure(fn string) bool {
-	return strings.Contains(fn, "/internal/testenv/") || strings.Contains(fn, "/internal/controlplane.")
+	return strings.Contains(fn, "/internal/testenv/") ||
+		strings.Contains(fn, "/internal/controlplane.") ||
+		strings.Contains(fn, "/internal/spawn.")
 }
 
 // openFDs maps the process's open file descriptors to what they point at.

@@ -21,12 +21,12 @@ func (f *fakeT) Errorf(format string, args ...any) {
 
 func TestCountsOnlyOurGoroutinesOutsideTests(t *testing.T) {
 	for stack, want := range map[string]bool{
-		"goroutine 7 [select]:\ngithub.com/vkubelet/vkubelet/pod.(*Controller).worker(...)\n\t/src/pod/controller.go:260 +0x1\ncreated by github.com/vkubelet/vkubelet/pod.(*Controller).Run\n\t/src/pod/controller.go:241 +0x2": true,
-		"goroutine 8 [chan receive]:\nk8s.io/client-go/tools/cache.(*Reflector).watch(...)\n\t/mod/reflector.go:1 +0x1":                                                                                                          true,
-		"goroutine 9 [IO wait]:\nnet/http.(*persistConn).readLoop(0x1)\n\t/go/net/http/transport.go:2000 +0x1\ncreated by github.com/vkubelet/vkubelet/pod.x\n\t/src/pod/x.go:1":                                                 false,
-		"goroutine 10 [select]:\ngithub.com/vkubelet/vkubelet/internal/fault.proxy(...)\n\t/src/internal/fault/proxy_test.go:40 +0x1":                                                                                            false,
-		"goroutine 11 [select]:\ngithub.com/vkubelet/vkubelet/internal/testenv/nodetest.Run.func1()\n\t/src/internal/testenv/nodetest/nodetest.go:35 +0x1":                                                                       false,
-		"goroutine 12 [syscall]:\nos/exec.(*Cmd).Wait(0x1)\n\t/go/os/exec/exec.go:930 +0xb0\ngithub.com/vkubelet/vkubelet/internal/controlplane.startProcess.func1()\n\t/src/internal/controlplane/process.go:41 +0x45":          false,
+		"goroutine 7 [select]:\ngithub.com/vkubelet/vkubelet/pod.(*Controller).worker(...)\n\t/src/pod/controller.go:260 +0x1\ncreated by github.com/vkubelet/vkubelet/pod.(*Controller).Run\n\t/src/pod/controller.go:241 +0x2":                                                                                                           true,
+		"goroutine 8 [chan receive]:\nk8s.io/client-go/tools/cache.(*Reflector).watch(...)\n\t/mod/reflector.go:1 +0x1":                                                                                                                                                                                                                    true,
+		"goroutine 9 [IO wait]:\nnet/http.(*persistConn).readLoop(0x1)\n\t/go/net/http/transport.go:2000 +0x1\ncreated by github.com/vkubelet/vkubelet/pod.x\n\t/src/pod/x.go:1":                                                                                                                                                           false,
+		"goroutine 10 [select]:\ngithub.com/vkubelet/vkubelet/internal/fault.proxy(...)\n\t/src/internal/fault/proxy_test.go:40 +0x1":                                                                                                                                                                                                      false,
+		"goroutine 11 [select]:\ngithub.com/vkubelet/vkubelet/internal/testenv/nodetest.Run.func1()\n\t/src/internal/testenv/nodetest/nodetest.go:35 +0x1":                                                                                                                                                                                 false,
+		"goroutine 12 [syscall]:\nos/exec.(*Cmd).Wait(0x1)\n\t/go/os/exec/exec.go:930 +0xb0\ngithub.com/vkubelet/vkubelet/internal/spawn.StartLogged.func1()\n\t/src/internal/spawn/process.go:38 +0x38\ncreated by github.com/vkubelet/vkubelet/internal/spawn.StartLogged in goroutine 2096\n\t/src/internal/spawn/process.go:37 +0x58b": false,
 	} {
 		if got := counts(stack); got != want {
 			t.Errorf("counts(%q) = %v, want %v", strings.SplitN(stack, "\n", 3)[1], got, want)
