@@ -54,6 +54,10 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// Recorder records Events; nil creates one that writes to Client as "vkubelet".
 	Recorder record.EventRecorder
+	// Source, if set, is the pod watch this node shares with the other nodes of
+	// the process; nil watches the node's own pods (ResyncPeriod is then the
+	// Source's).
+	Source *Source
 	// Metrics receives the controller's own metrics; nil keeps them unregistered.
 	Metrics *Metrics
 	// TokenCheckInterval is how often projected service-account tokens are checked
@@ -86,10 +90,15 @@ type Controller struct {
 	// provider, and tells us when what a pod references changes.
 	resolver *resolve.Resolver
 
+	// informers is the node's own pod informer; nil with a Source.
 	informers informers.SharedInformerFactory
+	// source is the process's shared pod watch, nil without one.
+	source *Source
 	// pods reads pods bound to our node from the informer's cache.
 	pods       podCache
 	podsSynced cache.InformerSynced
+	// podEvents are the handlers of the node's pod events.
+	podEvents cache.ResourceEventHandler
 
 	// syncQueue: pods to create or update in the provider.
 	syncQueue workqueue.TypedRateLimitingInterface[string]
@@ -142,27 +151,11 @@ func NewController(cfg Config) (*Controller, error) {
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
 		cfg.Recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vkubelet", Host: cfg.NodeName})
 	}
-	factory := informers.NewSharedInformerFactory(cfg.Client, cfg.ResyncPeriod)
-	// Without the factory's namespace index, which nothing here reads and which
-	// costs a set entry per pod; the cache keeps pods encoded (compactTransform).
-	// Its list and watch retry promptly while the API server is away, so pods bound
-	// after an outage are seen within a second of its return (cacheutil).
-	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		lw := cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), func(o *metav1.ListOptions) { o.FieldSelector = onNode })
-		return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync, cache.Indexers{})
-	})
-	if err := podInformer.SetTransform(compactTransform); err != nil {
-		return nil, fmt.Errorf("pod controller: %w", err)
-	}
-
 	c := &Controller{
 		client:        cfg.Client,
 		nodeName:      cfg.NodeName,
 		provider:      cfg.Provider,
-		informers:     factory,
-		pods:          podCache{indexer: podInformer.GetIndexer()},
-		podsSynced:    podInformer.HasSynced,
+		source:        cfg.Source,
 		state:         newStateStore(),
 		recorder:      cfg.Recorder,
 		metrics:       cfg.Metrics,
@@ -192,14 +185,36 @@ func NewController(cfg Config) (*Controller, error) {
 	c.statusQueue = c.newQueue("pod_status")
 	c.deleteQueue = c.newQueue("pod_delete")
 
-	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.podEvents = cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.handlePod(obj) },
 		UpdateFunc: c.handleUpdatedPod,
 		DeleteFunc: c.handleDeletedPod,
+	}
+	if cfg.Source != nil {
+		c.pods = podCache{indexer: cfg.Source.informer.GetIndexer(), node: cfg.NodeName}
+		c.podsSynced = cfg.Source.informer.HasSynced
+		return c, nil
+	}
+	factory := informers.NewSharedInformerFactory(cfg.Client, cfg.ResyncPeriod)
+	// Without the factory's namespace index, which nothing here reads and which
+	// costs a set entry per pod; the cache keeps pods encoded (compactTransform).
+	// Its list and watch retry promptly while the API server is away, so pods bound
+	// after an outage are seen within a second of its return (cacheutil).
+	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		lw := cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), func(o *metav1.ListOptions) { o.FieldSelector = onNode })
+		return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync, cache.Indexers{})
 	})
-	if err != nil {
+	if err := podInformer.SetTransform(compactTransform); err != nil {
+		return nil, fmt.Errorf("pod controller: %w", err)
+	}
+	c.informers = factory
+	c.pods = podCache{indexer: podInformer.GetIndexer()}
+	c.podsSynced = podInformer.HasSynced
+	if _, err := podInformer.AddEventHandler(c.podEvents); err != nil {
 		return nil, fmt.Errorf("pod controller: adding event handler: %w", err)
 	}
+
 	return c, nil
 }
 
@@ -234,7 +249,16 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.notifier.NotifyPods(ctx, c.handleProviderPod)
 	}
 	go c.resolver.Run(ctx)
-	c.informers.Start(ctx.Done())
+	if c.source != nil {
+		unregister, err := c.source.register(c.nodeName, c.podEvents)
+		if err != nil {
+			return err
+		}
+		defer unregister()
+	} else {
+		c.informers.Start(ctx.Done())
+		defer c.informers.Shutdown()
+	}
 	c.log.Info("waiting for the pod informer to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.podsSynced) {
 		return fmt.Errorf("pod controller: informer did not sync: %w", ctx.Err())
@@ -255,7 +279,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.ready)
 	c.log.Info("pod controller started", "workers", c.workers, "statusWorkers", c.statusWorkers, "notifier", c.notifier != nil)
 	<-ctx.Done()
-	c.informers.Shutdown()
 	return nil
 }
 

@@ -27,7 +27,10 @@ type cachedPod struct {
 	// The few metadata fields the handlers and the informer's bookkeeping read,
 	// as fields rather than a whole metav1.ObjectMeta, which is 256 bytes of
 	// mostly empty fields per pod.
-	Namespace, Name   string
+	Namespace, Name string
+	// NodeName is the node the pod is bound to: a Source keeps the pods of
+	// many nodes.
+	NodeName          string
 	UID               types.UID
 	ResourceVersion   string
 	DeletionTimestamp *metav1.Time
@@ -87,7 +90,7 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 	h := fnv.New64a()
 	_, _ = h.Write(statusField(raw))
 	return &cachedPod{
-		Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		Namespace: p.Namespace, Name: p.Name, NodeName: p.Spec.NodeName, UID: p.UID,
 		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
 		terminal:   isTerminal(&p.Status),
 		statusHash: h.Sum64(),
@@ -131,9 +134,12 @@ func compactTransform(obj any) (any, error) {
 	return obj, nil
 }
 
-// podCache reads the informer's cachedPods.
+// podCache reads the cachedPods of one node from its informer's cache, or from
+// a Source's, which holds other nodes' pods too.
 type podCache struct {
 	indexer cache.Indexer
+	// node, when set, is the node whose pods are read: the cache is a Source's.
+	node string
 }
 
 // getCached returns the cachedPod of namespace/name, or a NotFound error.
@@ -148,6 +154,9 @@ func (pc podCache) getCached(namespace, name string) (*cachedPod, error) {
 	cp, ok := obj.(*cachedPod)
 	if !ok {
 		return nil, fmt.Errorf("pod cache holds a %T for %s/%s", obj, namespace, name)
+	}
+	if pc.node != "" && cp.NodeName != pc.node {
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
 	}
 	return cp, nil
 }
@@ -165,7 +174,12 @@ func (pc podCache) get(namespace, name string) (*corev1.Pod, *cachedPod, error) 
 
 // list returns every cachedPod.
 func (pc podCache) list() []*cachedPod {
-	objs := pc.indexer.List()
+	var objs []any
+	if pc.node != "" {
+		objs, _ = pc.indexer.ByIndex(byNode, pc.node)
+	} else {
+		objs = pc.indexer.List()
+	}
 	out := make([]*cachedPod, 0, len(objs))
 	for _, obj := range objs {
 		if cp, ok := obj.(*cachedPod); ok {
