@@ -75,6 +75,10 @@ type Config struct {
 	Labels   map[string]string
 	Taints   []corev1.Taint
 	Capacity corev1.ResourceList
+
+	// Watch, if set, is the Node watch the controller shares with the other
+	// nodes of the process; nil watches its own Node.
+	Watch *Watch
 }
 
 // withDefaults returns cfg with the zero fields filled in, or an error naming the
@@ -213,18 +217,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("node %s: controller is already running", c.cfg.NodeName)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	// A single-node informer tells us when our node is deleted; everything else we
-	// read with a Get right before writing.
-	// It retries promptly while the API server is away (cacheutil).
-	factory := informers.NewSharedInformerFactory(c.client, 0)
-	defer factory.Shutdown() // after cancel, below: waits for the informer to stop
 	defer cancel()
-	informer := factory.InformerFor(&corev1.Node{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		byName := fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
-		lw := cacheutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
-		return cache.NewSharedIndexInformer(lw, &corev1.Node{}, resync, cache.Indexers{})
-	})
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The informer on our Node tells us when it is deleted, replaced or marked
+	// not Ready by someone else; everything else we read with a Get right before
+	// writing.
+	events := cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			oldNode, ok1 := oldObj.(*corev1.Node)
 			newNode, ok2 := newObj.(*corev1.Node)
@@ -235,10 +232,33 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		},
 		DeleteFunc: func(any) { signal(c.nodeGone) },
-	}); err != nil {
-		return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 	}
-	factory.Start(ctx.Done())
+	var synced cache.InformerSynced
+	if w := c.cfg.Watch; w != nil {
+		unregister, err := w.register(c.cfg.NodeName, events)
+		if err != nil {
+			return err
+		}
+		defer unregister()
+		synced = w.informer.HasSynced
+	} else {
+		// It retries promptly while the API server is away (cacheutil).
+		factory := informers.NewSharedInformerFactory(c.client, 0)
+		defer func() {
+			cancel()
+			factory.Shutdown() // waits for the informer to stop
+		}()
+		informer := factory.InformerFor(&corev1.Node{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			byName := fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+			lw := cacheutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
+			return cache.NewSharedIndexInformer(lw, &corev1.Node{}, resync, cache.Indexers{})
+		})
+		if _, err := informer.AddEventHandler(events); err != nil {
+			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
+		}
+		factory.Start(ctx.Done())
+		synced = informer.HasSynced
+	}
 
 	renew := c.clock.NewTicker(c.cfg.RenewInterval)
 	defer renew.Stop()
@@ -246,7 +266,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer refresh.Stop()
 
 	c.configure(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return nil
 	}
 	for {

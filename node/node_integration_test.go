@@ -92,6 +92,12 @@ func capacity(gpus string) corev1.ResourceList {
 // removes the node and its lease, and waits for the controller to be ready.
 func startNode(t *testing.T, name string, p *fakeProvider) kubernetes.Interface {
 	t.Helper()
+	return startNodeWatching(t, name, p, nil)
+}
+
+// startNodeWatching is startNode with the Node watch w (nil: the node's own).
+func startNodeWatching(t *testing.T, name string, p *fakeProvider, w *node.Watch) kubernetes.Interface {
+	t.Helper()
 	client := testenv.Client(t)
 	t.Cleanup(func() { // runs after the controller has stopped: nothing re-creates them
 		ctx := context.Background()
@@ -115,6 +121,7 @@ func startNode(t *testing.T, name string, p *fakeProvider) kubernetes.Interface 
 		RenewInterval:  renewInterval,
 		PingTimeout:    time.Second,
 		Logger:         slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Watch:          w,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -345,4 +352,44 @@ func TestDeletedNodeComesBackAndLeaseFollows(t *testing.T) {
 	// the lease is there and owned by the new node.
 	waitLeaseOwnedBy(t, c, name, back.UID, time.Now().Add(3*renewInterval))
 	waitReady(t, c, name, corev1.ConditionTrue, 10*time.Second)
+}
+
+// Two nodes sharing one Node watch each hear of their own Node only: the deleted
+// one registers again, the other one keeps its Node; one marked not Ready by
+// someone else puts its status right at once, not at the next status update.
+func TestNodesSharingAWatchEachFollowTheirOwnNode(t *testing.T) {
+	client := testenv.Client(t)
+	w, err := node.NewWatch(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done }) // registered before the nodes' cleanups, so run after them
+	const a, b = "vk-it-shared-a", "vk-it-shared-b"
+	startNodeWatching(t, a, &fakeProvider{}, w)
+	startNodeWatching(t, b, &fakeProvider{}, w)
+	oldA, oldB := getNode(t, client, a), getNode(t, client, b)
+
+	if err := client.CoreV1().Nodes().Delete(ctx, a, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		n, err := client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return n.UID != oldA.UID, fmt.Sprintf("node %s still has the old UID %s", a, n.UID)
+	})
+	if n := getNode(t, client, b); n.UID != oldB.UID {
+		t.Errorf("node %s was registered again (UID %s, was %s) when %s was deleted", b, n.UID, oldB.UID, a)
+	}
+
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Test","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`,
+		time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
+	if _, err := client.CoreV1().Nodes().Patch(ctx, b, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, client, b, corev1.ConditionTrue, 10*time.Second) // the status update is 1m away
 }
