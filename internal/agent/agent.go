@@ -120,6 +120,10 @@ type Config struct {
 	// KubeletListener, if set, is where the kubelet API listens instead of
 	// KubeletPort (for instance a socket in a network namespace, see internal/netns).
 	KubeletListener net.Listener
+	// Shared, if set, is the client, Event broadcaster and pod watch the node
+	// shares with the other nodes of the process (NewShared); its credential is
+	// then the node's.
+	Shared *Shared
 
 	Logger *slog.Logger
 }
@@ -174,19 +178,29 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			stopCerts()
 		}
 	}()
-	restCfg, err := clientConfig(ctx, certCtx, cfg)
-	if err != nil {
-		return nil, err
+	var (
+		client      kubernetes.Interface
+		apiRequests *prometheus.CounterVec
+		restCfg     *rest.Config
+	)
+	if cfg.Shared != nil {
+		if err := checkShared(cfg); err != nil {
+			return nil, err
+		}
+		client, apiRequests = cfg.Shared.client, cfg.Shared.apiRequests
+	} else {
+		if restCfg, err = clientConfig(ctx, certCtx, cfg); err != nil {
+			return nil, err
+		}
+		apiRequests = prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
+		if restCfg, err = apiClientConfig(restCfg, cfg, apiRequests); err != nil {
+			return nil, err
+		}
+		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ServingCSRApprover, err = servingApprover(cfg); err != nil {
-		return nil, err
-	}
-	apiRequests := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
-	if restCfg, err = apiClientConfig(restCfg, cfg, apiRequests); err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
 		return nil, err
 	}
 	p, err := providers.New(ctx, cfg.Provider, providers.InitConfig{
@@ -216,9 +230,14 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.KubeletPort = int32(n.kubeletListener.Addr().(*net.TCPAddr).Port)
 	n.cfg.KubeletPort = cfg.KubeletPort
 
+	var nodeWatch *node.Watch
+	if cfg.Shared != nil {
+		nodeWatch = cfg.Shared.nodes
+	}
 	n.nodes, err = node.NewController(node.Config{
+		Watch:  nodeWatch,
 		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
-		AsNode:          asNode(restCfg),
+		AsNode:          restCfg != nil && asNode(restCfg),
 		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
 		KubeletVersion: version.KubeletVersion(), Provider: p,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
@@ -241,13 +260,16 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.stopTracing = stopTracing
-	n.pods, err = pod.NewController(pod.Config{
+	podCfg := pod.Config{
 		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers,
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
 		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
-	})
-	if err != nil {
+	}
+	if cfg.Shared != nil {
+		podCfg.Recorder, podCfg.Source = cfg.Shared.recorder(cfg.NodeName), cfg.Shared.pods
+	}
+	if n.pods, err = pod.NewController(podCfg); err != nil {
 		return nil, err
 	}
 	return n, nil

@@ -3,10 +3,10 @@
 // removed one stops, a changed one restarts, and the others go on untouched. A
 // node that fails is started again with back-off, without stopping the others.
 //
-// Each node is a whole agent.Node, with its own client, informers, queues and
-// kubelet API port: nodes cannot starve one another's queues. (The shared
-// machinery — one pod informer, one lease pool, one kubelet listener for all the
-// nodes of a process — is not built yet; docs/ARCHITECTURE.md.)
+// The nodes of a NodeSet share one API client, one Event broadcaster and one pod
+// watch (agent.Shared), unless each has an identity of its own (a bootstrap
+// credential). Each node keeps its own queues, workers, node watch, lease
+// renewal and kubelet API port (docs/ARCHITECTURE.md).
 package fleet
 
 import (
@@ -62,7 +62,13 @@ type Config struct {
 
 // Fleet is the set of running nodes.
 type Fleet struct {
-	cfg     Config
+	cfg Config
+	// shared is the nodes' shared machinery, nil if they cannot share; it runs
+	// until stopShared is called and then closes sharedDone.
+	shared     *agent.Shared
+	stopShared context.CancelFunc
+	sharedDone chan struct{}
+
 	mu      sync.Mutex
 	members map[string]*member
 	wg      sync.WaitGroup
@@ -83,7 +89,9 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Run == nil {
+	// Nodes run by a test's Run have no use for shared machinery.
+	agents := cfg.Run == nil
+	if agents {
 		cfg.Run = runAgent
 	}
 	if cfg.RestartBackoff <= 0 {
@@ -96,7 +104,22 @@ func New(cfg Config) (*Fleet, error) {
 		}
 		cfg.LeaderElection = &le
 	}
-	return &Fleet{cfg: cfg, members: map[string]*member{}}, nil
+	f := &Fleet{cfg: cfg, members: map[string]*member{}}
+	base := cfg.Base
+	if agents && !cfg.SingleNode && base.BootstrapKubeconfig == "" && base.BootstrapRESTConfig == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		shared, err := agent.NewShared(ctx, base)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		f.shared, f.stopShared, f.sharedDone = shared, cancel, make(chan struct{})
+		go func() {
+			defer close(f.sharedDone)
+			shared.Run(ctx)
+		}()
+	}
+	return f, nil
 }
 
 func (f *Fleet) log(node string) *slog.Logger { return f.cfg.Logger.With("node", node) }
@@ -186,6 +209,7 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 func (f *Fleet) NodeConfig(n nodeconfig.Node) agent.Config {
 	c := f.cfg.Base
 	c.NodeName = n.Name
+	c.Shared = f.shared
 	// One process serves health for all its nodes (Fleet.HealthHandler); each
 	// node's metrics are on its kubelet port (and the one node's on MetricsAddr).
 	c.HealthzAddr = ""
@@ -292,4 +316,8 @@ func (f *Fleet) Stop() {
 	}
 	f.mu.Unlock()
 	f.wg.Wait()
+	if f.shared != nil {
+		f.stopShared()
+		<-f.sharedDone
+	}
 }

@@ -125,7 +125,9 @@ func TestTheCommandLineWinsOverTheFileWhereItWasGiven(t *testing.T) {
 	n := nodeconfig.Node{Name: "hpc", Provider: "kube", ProviderConfig: "/file.json",
 		DisableProviderTaint: ptr.To(true), KubeletPort: ptr.To(int32(10260)), Labels: map[string]string{"a": "b"}}
 
-	c := mustNew(t, Config{Base: base}).NodeConfig(n)
+	// A Run of the test's own: no agents, so no shared client to connect.
+	noRun := func(context.Context, agent.Config, func()) error { return nil }
+	c := mustNew(t, Config{Base: base, Run: noRun}).NodeConfig(n)
 	if c.NodeName != "hpc" || c.Provider != "kube" || c.ProviderConfig != "/file.json" || !c.DisableTaint || c.KubeletPort != 10260 {
 		t.Errorf("file's fields not taken: %+v", c)
 	}

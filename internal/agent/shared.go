@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/vkubelet/vkubelet/node"
+	"github.com/vkubelet/vkubelet/pod"
+)
+
+// Shared is what the nodes of one process share instead of each making its own:
+// the API client (one connection pool, one rate limiter, so --kube-api-qps and
+// --kube-api-burst bound the process, not each node), the Event broadcaster, the
+// pod watch (pod.Source) and the Node watch (node.Watch). internal/fleet makes one for a NodeSet whose nodes
+// use one credential. Nodes with identities of their own (a bootstrap
+// credential) cannot share a client, and each keeps its own machinery.
+type Shared struct {
+	client      kubernetes.Interface
+	apiRequests *prometheus.CounterVec
+	events      record.EventBroadcaster
+	pods        *pod.Source
+	nodes       *node.Watch
+}
+
+// NewShared builds the shared machinery of nodes configured from base (its
+// credential, client settings and resync period); nothing runs until Run.
+func NewShared(ctx context.Context, base Config) (*Shared, error) {
+	if base.BootstrapKubeconfig != "" || base.BootstrapRESTConfig != nil {
+		return nil, errors.New("nodes with identities of their own (a bootstrap credential) cannot share a client")
+	}
+	// client-go takes its metrics before its first request, and the shared
+	// client makes requests before any node registers them.
+	clientMetrics()
+	restCfg, err := clientConfig(ctx, ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	if asNode(restCfg) {
+		return nil, errors.New("the credential is a node's own (system:node:…): it acts for that node only, and cannot be shared")
+	}
+	apiRequests := prometheus.NewCounterVec(apiRequestsOpts, []string{"verb", "resource"})
+	base.NodeName = "shared by the process's nodes"
+	if restCfg, err = apiClientConfig(restCfg, base, apiRequests); err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := pod.NewSource(client, base.FullResyncPeriod)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := node.NewWatch(client)
+	if err != nil {
+		return nil, err
+	}
+	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes}, nil
+}
+
+// Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
+func (s *Shared) Run(ctx context.Context) {
+	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+	defer s.events.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.nodes.Run(ctx)
+	}()
+	s.pods.Run(ctx)
+	<-done
+}
+
+// recorder records Events as node's.
+func (s *Shared) recorder(node string) record.EventRecorder {
+	return s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vkubelet", Host: node})
+}
+
+// checkShared refuses a node configuration that cannot use shared machinery.
+func checkShared(cfg Config) error {
+	if cfg.BootstrapKubeconfig != "" || cfg.BootstrapRESTConfig != nil {
+		return fmt.Errorf("node %s: a node with an identity of its own cannot use the process's shared client", cfg.NodeName)
+	}
+	return nil
+}
