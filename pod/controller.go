@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -266,13 +265,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.reconcileProvider(ctx); err != nil {
 		return err
 	}
-	for i := 0; i < c.workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker(c.syncQueue, c.syncHandler), time.Second)
-		go wait.UntilWithContext(ctx, c.worker(c.deleteQueue, c.deleteHandler), time.Second)
-	}
-	for i := 0; i < c.statusWorkers; i++ {
-		go wait.UntilWithContext(ctx, c.worker(c.statusQueue, c.statusHandler), time.Second)
-	}
+	go c.dispatch(ctx, c.syncQueue, c.syncHandler, c.workers)
+	go c.dispatch(ctx, c.deleteQueue, c.deleteHandler, c.workers)
+	go c.dispatch(ctx, c.statusQueue, c.statusHandler, c.statusWorkers)
 	if c.notifier == nil {
 		go c.pollStatuses(ctx)
 	}
@@ -282,29 +277,38 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// worker returns a loop that processes items of q with handler until q shuts down.
-func (c *Controller) worker(q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error) func(context.Context) {
-	return func(ctx context.Context) {
-		for c.processNextWorkItem(ctx, q, handler) {
+// dispatch hands the items of q to handler, at most workers at a time, each in a
+// goroutine of its own, until q shuts down. A node holds a goroutine per queue
+// while idle rather than one per worker: a process with a thousand idle nodes
+// would otherwise keep 70,000 goroutines waiting. Each node's queues and limits
+// are its own, so a node with a deep queue takes no worker from another.
+func (c *Controller) dispatch(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error, workers int) {
+	slots := make(chan struct{}, workers)
+	for {
+		slots <- struct{}{} // a free worker first: no item is held while waiting for one
+		key, shutdown := q.Get()
+		if shutdown {
+			return
 		}
+		go func() {
+			defer func() { <-slots }()
+			c.process(ctx, q, handler, key)
+		}()
 	}
 }
 
-func (c *Controller) processNextWorkItem(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error) bool {
-	key, shutdown := q.Get()
-	if shutdown {
-		return false
-	}
+// process runs handler on key, an item taken from q, and re-queues it with
+// back-off if it fails.
+func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error, key string) {
 	defer q.Done(key)
 	if err := handler(ctx, key); err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("sync failed; will retry", "pod", key, "error", err, "retries", q.NumRequeues(key))
 		}
 		q.AddRateLimited(key)
-		return true
+		return
 	}
 	q.Forget(key)
-	return true
 }
 
 // handlePod routes an added or updated pod to the right queue.
