@@ -36,9 +36,6 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 	if err != nil {
 		return err
 	}
-	if path != "" && f.cfg.MetricsAddr != "" {
-		return errors.New("--metrics-addr serves one node; with --config scrape each node's /metrics on its kubelet port")
-	}
 	explicit := map[string]bool{}
 	for _, name := range []string{fleet.FlagProvider, fleet.FlagProviderConfig, fleet.FlagDisableTaint} {
 		// Without a file, the flags are the node's.
@@ -62,6 +59,16 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 		return err
 	}
 	defer fl.Stop()
+	if path != "" && f.cfg.MetricsAddr != "" {
+		// The process's metrics and profiles; each node's own are on its kubelet port.
+		shared := fl.Shared()
+		if shared == nil {
+			return errors.New("--metrics-addr with --config serves the metrics of nodes sharing one client, which nodes with a --bootstrap-kubeconfig do not; scrape each node's /metrics on its kubelet port")
+		}
+		if err := shared.ServeDebug(ctx, f.cfg.MetricsAddr); err != nil {
+			return err
+		}
+	}
 	if f.cfg.HealthzAddr != "" {
 		l, err := net.Listen("tcp", f.cfg.HealthzAddr)
 		if err != nil {

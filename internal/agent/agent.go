@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
@@ -135,7 +134,11 @@ type Node struct {
 	provider any
 	nodes    *node.Controller
 	pods     *pod.Controller
+	// registry holds the node's own metrics; gatherer gathers them with the
+	// process's (Go runtime, process, API client), which nodes sharing a
+	// process share.
 	registry *prometheus.Registry
+	gatherer prometheus.Gatherer
 	log      *slog.Logger
 	// kubeletListener is bound in New so the node can advertise the real port.
 	kubeletListener net.Listener
@@ -211,8 +214,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
 		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{}), stopCerts: stopCerts}
-	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), apiRequests)
-	n.registry.MustRegister(clientMetrics()...)
+	if cfg.Shared != nil {
+		n.gatherer = prometheus.Gatherers{cfg.Shared.registry, n.registry}
+	} else {
+		n.registry.MustRegister(processMetrics(apiRequests)...)
+		n.gatherer = n.registry
+	}
 
 	n.kubeletListener = cfg.KubeletListener
 	if n.kubeletListener == nil {
@@ -403,7 +410,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	}
 	srv, err := kubeletapi.NewServer(kubeletapi.Config{
 		NodeName: n.cfg.NodeName, Provider: n.provider, Authenticator: authn, Authorizer: authz, Logger: n.log,
-		Metrics: n.apiMetrics, Gatherer: n.registry, Ready: n.ready,
+		Metrics: n.apiMetrics, Gatherer: n.gatherer, Ready: n.ready,
 		StreamIdleTimeout: n.cfg.StreamIdleTimeout, StreamCreationTimeout: n.cfg.StreamCreationTimeout,
 	})
 	if err != nil {
@@ -431,12 +438,15 @@ func (n *Node) clusterClientCA(ctx context.Context, dir string) (string, error) 
 	return path, os.WriteFile(path, []byte(ca), 0o644)
 }
 
-func (n *Node) metricsHandler() http.Handler {
+func (n *Node) metricsHandler() http.Handler { return debugHandler(n.gatherer) }
+
+// debugHandler serves the metrics of g, a health check and the process's
+// profiles, unauthenticated: only ever on a loopback address (checkLoopback).
+func debugHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(n.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	// Profiles of the agent, for measuring it (vkubelet bench); New refuses a
-	// MetricsAddr other than loopback.
+	// Profiles of the agent, for measuring it (vkubelet bench).
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/tools/metrics"
 )
 
@@ -64,4 +65,11 @@ type retryByCode struct{ c *prometheus.CounterVec }
 
 func (r retryByCode) IncrementRetry(_ context.Context, code, method, host string) {
 	r.c.WithLabelValues(code, method, host).Inc()
+}
+
+// processMetrics are the collectors of what belongs to the process rather than a
+// node: the Go runtime's, the process's, client-go's, and apiRequests, the
+// requests of the API client (a node's own, or the one nodes share).
+func processMetrics(apiRequests *prometheus.CounterVec) []prometheus.Collector {
+	return append(clientMetrics(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), apiRequests)
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +31,9 @@ type Shared struct {
 	events      record.EventBroadcaster
 	pods        *pod.Source
 	nodes       *node.Watch
+	// registry holds the process's metrics (processMetrics), gathered with
+	// each node's own.
+	registry *prometheus.Registry
 }
 
 // NewShared builds the shared machinery of nodes configured from base (its
@@ -63,7 +69,9 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes}, nil
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(processMetrics(apiRequests)...)
+	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes, registry: registry}, nil
 }
 
 // Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
@@ -89,5 +97,25 @@ func checkShared(cfg Config) error {
 	if cfg.BootstrapKubeconfig != "" || cfg.BootstrapRESTConfig != nil {
 		return fmt.Errorf("node %s: a node with an identity of its own cannot use the process's shared client", cfg.NodeName)
 	}
+	return nil
+}
+
+// ServeDebug serves the process's metrics (not the nodes': each node's are on
+// its kubelet port) and profiles on addr, a loopback address, until ctx ends:
+// --metrics-addr of a NodeSet, for local debugging and vkubelet bench.
+func (s *Shared) ServeDebug(ctx context.Context, addr string) error {
+	if err := checkLoopback(addr); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: debugHandler(s.registry), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(l) }()
 	return nil
 }

@@ -249,6 +249,10 @@ func (f *Fleet) NodeConfig(n nodeconfig.Node) agent.Config {
 	return c
 }
 
+// Shared is the machinery the nodes share, nil if they cannot (each has an
+// identity of its own) or the fleet runs one node.
+func (f *Fleet) Shared() *agent.Shared { return f.shared }
+
 // Running returns the names of the running nodes, sorted.
 func (f *Fleet) Running() []string {
 	f.mu.Lock()
