@@ -53,6 +53,10 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// Recorder records Events; nil creates one that writes to Client as "vkubelet".
 	Recorder record.EventRecorder
+	// Caches, if set, are the caches of ConfigMaps, Secrets and Services the
+	// node's pods reference, shared with the other nodes of the process; nil:
+	// the node's own.
+	Caches *resolve.Caches
 	// Source, if set, is the pod watch this node shares with the other nodes of
 	// the process; nil watches the node's own pods (ResyncPeriod is then the
 	// Source's).
@@ -175,7 +179,7 @@ func NewController(cfg Config) (*Controller, error) {
 	var err error
 	c.resolver, err = resolve.New(resolve.Config{
 		Client: cfg.Client, NodeName: cfg.NodeName, Recorder: cfg.Recorder, OnChange: c.handleReferenceChange,
-		TokenCheckInterval: cfg.TokenCheckInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+		TokenCheckInterval: cfg.TokenCheckInterval, Clock: cfg.Clock, Logger: cfg.Logger, Caches: cfg.Caches,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)

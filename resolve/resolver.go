@@ -38,6 +38,9 @@ type Config struct {
 	// Clock drives token refresh; nil means the real clock.
 	Clock  clock.WithTicker
 	Logger *slog.Logger
+	// Caches, if set, are the caches of referenced objects this resolver shares
+	// with the other nodes of the process; nil makes the resolver its own.
+	Caches *Caches
 }
 
 // Resolver resolves the pods of one node. Its caches hold the ConfigMaps, Secrets
@@ -59,13 +62,14 @@ type Resolver struct {
 	refreshBudget  float64
 	syncTimeout    time.Duration
 
-	// ctx bounds the caches' informers; cancel ends them (at the end of Run).
-	ctx    context.Context
-	cancel context.CancelFunc
+	// caches run the informers the resolver's stores use.
+	caches *Caches
 
 	mu sync.Mutex
 	// stores are the informers by kind and namespace, shared and refcounted by pods.
 	stores map[storeKey]*store
+	// closed is set once Run has returned and the caches were given back.
+	closed bool
 	// pods are the resolved pods by key: what they hold and reference.
 	pods map[string]*podRefs
 	// referrers maps an object to the keys of the pods that referenced it.
@@ -129,20 +133,23 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = 30 * time.Second
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.Caches == nil {
+		cfg.Caches = NewCaches(cfg.Client)
+	}
 	return &Resolver{
 		client: cfg.Client, nodeName: cfg.NodeName, recorder: cfg.Recorder, onChange: cfg.OnChange,
 		clock: cfg.Clock, log: cfg.Logger.With("component", "resolver", "node", cfg.NodeName),
 		checkInterval: cfg.TokenCheckInterval, syncTimeout: cfg.SyncTimeout,
-		ctx: ctx, cancel: cancel,
+		caches: cfg.Caches,
 		stores: map[storeKey]*store{}, pods: map[string]*podRefs{},
 		referrers: map[objectKey]map[string]struct{}{},
 	}, nil
 }
 
-// Run checks tokens for refresh until ctx ends, then stops every cache.
+// Run checks tokens for refresh until ctx ends, then gives every cache back
+// (stopping those no other resolver uses).
 func (r *Resolver) Run(ctx context.Context) {
-	defer r.cancel()
+	defer r.stop()
 	t := r.clock.NewTicker(r.checkInterval)
 	defer t.Stop()
 	for {
@@ -153,6 +160,13 @@ func (r *Resolver) Run(ctx context.Context) {
 			r.checkTokens()
 		}
 	}
+}
+
+// stop gives every cache back; later resolutions get caches that never sync.
+func (r *Resolver) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releaseAllLocked()
 }
 
 // Resolve builds everything a provider needs to run pod: environment, volume files

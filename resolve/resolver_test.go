@@ -64,7 +64,7 @@ func newTokenFixture(t *testing.T, objects ...runtime.Object) *tokenFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.r.cancel)
+	t.Cleanup(f.r.stop)
 	return f
 }
 
@@ -433,5 +433,72 @@ func TestAnIdleNodeRefreshesTenThousandTokensUnderFiveASecond(t *testing.T) {
 	t.Logf("10,000 pods, 3607s tokens, 3 hours: %d refreshes, %.2f a second on average, at most %.2f a second over a check", total, mean, peak)
 	if peak >= 5 {
 		t.Errorf("up to %.2f token refreshes a second, want under 5", peak)
+	}
+}
+
+// Two nodes' resolvers sharing Caches watch a ConfigMap their pods reference
+// once; a change of it reaches both; the watch runs while either still uses it.
+func TestResolversSharingCachesWatchAReferencedObjectOnce(t *testing.T) {
+	client := fake.NewClientset(
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "fast"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "creds"}})
+	caches := NewCaches(client)
+	var mu sync.Mutex
+	changed := map[string][]string{}
+	resolver := func(node string) *Resolver {
+		r, err := New(Config{Client: client, NodeName: node, Caches: caches, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			OnChange: func(key string) {
+				mu.Lock()
+				defer mu.Unlock()
+				changed[node] = append(changed[node], key)
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := resolver("node-a"), resolver("node-b")
+	if err := a.Check(context.Background(), refsPod("on-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Check(context.Background(), refsPod("on-b")); err != nil {
+		t.Fatal(err)
+	}
+	running := func() int {
+		caches.mu.Lock()
+		defer caches.mu.Unlock()
+		return len(caches.entries)
+	}
+	// settings, creds, and the Services of ns and default: once each.
+	if n := running(); n != 4 {
+		t.Errorf("%d informers for two nodes' pods referencing the same objects, want 4", n)
+	}
+	mu.Lock()
+	changed = map[string][]string{} // what the informers' first lists reported
+	mu.Unlock()
+	if _, err := client.CoreV1().ConfigMaps("ns").Update(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "slow"}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := fmt.Sprint(changed["node-a"], changed["node-b"])
+		mu.Unlock()
+		if got == "[ns/on-a] [ns/on-b]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the ConfigMap changed, the nodes were told %s, want [ns/on-a] [ns/on-b]", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.Release("ns/on-a")
+	if n := running(); n != 4 {
+		t.Errorf("%d informers while node b's pod still references them, want 4", n)
+	}
+	b.stop()
+	if n := running(); n != 0 {
+		t.Errorf("%d informers once no resolver uses them, want 0", n)
 	}
 }

@@ -2,11 +2,15 @@ package resolve
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vkubelet/vkubelet/internal/cacheutil"
@@ -25,11 +29,12 @@ type storeKey struct {
 // storeOf is the cache of a ConfigMap or Secret.
 func storeOf(o objectKey) storeKey { return storeKey(o) }
 
-// store is one informer and the number of its users: pods that reference what it
-// holds, and resolutions under way.
+// store is one cache as a resolver holds it: the shared informer and the number
+// of the resolver's users of it (pods that reference what it holds, and
+// resolutions under way); release gives the resolver's share of it back.
 type store struct {
 	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
+	release  func()
 	refs     int
 }
 
@@ -45,65 +50,151 @@ func storesFor(namespace string) []storeKey {
 	return needed
 }
 
-// refStoreLocked counts one more user of the cache k, starting it if it has none.
+// refStoreLocked counts one more user of the cache k, joining it (Caches
+// starts it if no resolver uses it) if the resolver has none.
 func (r *Resolver) refStoreLocked(k storeKey) *store {
 	if s := r.stores[k]; s != nil {
 		s.refs++
 		return s
 	}
-	inf := r.newInformer(k)
-	// Managed fields are never read: do not keep them.
-	_ = inf.SetTransform(cacheutil.StripManagedFields)
-	if k.kind != kindService { // service links are read once, at start
-		changed := func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if m, ok := obj.(metav1.Object); ok {
-				r.objectChanged(objectKey{k.kind, m.GetNamespace(), m.GetName()})
-			}
-		}
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
-		})
+	if r.closed {
+		// Run has returned and given every cache back: a late resolution gets a
+		// cache that never syncs, and gives up when its context ends.
+		s := &store{informer: r.caches.newInformer(k), release: func() {}, refs: 1}
+		r.stores[k] = s
+		return s
 	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	go inf.RunWithContext(ctx)
-	s := &store{informer: inf, cancel: cancel, refs: 1}
+	inf, release := r.caches.acquire(k, r.objectChanged)
+	s := &store{informer: inf, release: release, refs: 1}
 	r.stores[k] = s
 	r.log.Debug("watching", "kind", k.kind, "namespace", k.namespace, "name", k.name)
 	return s
 }
 
-// unrefStoreLocked counts one user less of the cache k, stopping it when none is left.
+// unrefStoreLocked counts one user less of the cache k, giving the resolver's
+// share of it back when none is left.
 func (r *Resolver) unrefStoreLocked(k storeKey) {
 	s := r.stores[k]
 	if s == nil {
 		return
 	}
 	if s.refs--; s.refs <= 0 {
-		s.cancel()
+		s.release()
 		delete(r.stores, k)
 		r.log.Debug("stopped watching", "kind", k.kind, "namespace", k.namespace, "name", k.name)
 	}
 }
 
-// newInformer makes the informer of one store: a namespace's Services, or one
+// releaseAllLocked gives every cache back, at the end of Run.
+func (r *Resolver) releaseAllLocked() {
+	for k, s := range r.stores {
+		s.release()
+		delete(r.stores, k)
+	}
+	r.closed = true
+}
+
+// Caches are the informers of the objects pods reference, one per ConfigMap or
+// Secret and one per namespace's Services, each running while a resolver uses
+// it. The resolvers of a process's nodes share one Caches, so that a thousand
+// nodes with pods in one namespace watch its kube-root-ca.crt once, not a
+// thousand times; a resolver without one makes its own.
+type Caches struct {
+	client kubernetes.Interface
+
+	mu      sync.Mutex
+	entries map[storeKey]*sharedStore
+}
+
+// sharedStore is one running informer and the resolvers using it.
+type sharedStore struct {
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	// users are the change callbacks of the resolvers using it, by a number
+	// given at acquire.
+	users  map[uint64]func(objectKey)
+	nextID uint64
+}
+
+// NewCaches returns an empty set of caches reading with client.
+func NewCaches(client kubernetes.Interface) *Caches {
+	return &Caches{client: client, entries: map[storeKey]*sharedStore{}}
+}
+
+// acquire returns the informer of k, started if no one uses it, and has
+// onChange called for each change of the ConfigMap or Secret it holds, until
+// release is called; the last release stops it.
+func (c *Caches) acquire(k storeKey, onChange func(objectKey)) (_ cache.SharedIndexInformer, release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[k]
+	if e == nil {
+		e = c.startLocked(k)
+	}
+	id := e.nextID
+	e.nextID++
+	e.users[id] = onChange
+	return e.informer, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(e.users, id)
+		if len(e.users) == 0 && c.entries[k] == e {
+			e.cancel()
+			delete(c.entries, k)
+		}
+	}
+}
+
+// startLocked starts the informer of k.
+func (c *Caches) startLocked(k storeKey) *sharedStore {
+	inf := c.newInformer(k)
+	// Managed fields are never read: do not keep them.
+	_ = inf.SetTransform(cacheutil.StripManagedFields)
+	e := &sharedStore{informer: inf, users: map[uint64]func(objectKey){}}
+	if k.kind != kindService { // service links are read once, at start
+		changed := func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			m, ok := obj.(metav1.Object)
+			if !ok {
+				return
+			}
+			o := objectKey{k.kind, m.GetNamespace(), m.GetName()}
+			c.mu.Lock()
+			users := slices.Collect(maps.Values(e.users))
+			c.mu.Unlock()
+			for _, u := range users {
+				u(o)
+			}
+		}
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	go inf.RunWithContext(ctx)
+	c.entries[k] = e
+	return e
+}
+
+// newInformer makes the informer of one cache: a namespace's Services, or one
 // ConfigMap or Secret selected by name. Its list and watch retry promptly while
 // the API server is away (cacheutil.RetryWhileUnavailable): a pod waits for these
 // caches before it starts.
-func (r *Resolver) newInformer(k storeKey) cache.SharedIndexInformer {
-	core := r.client.CoreV1()
+func (c *Caches) newInformer(k storeKey) cache.SharedIndexInformer {
+	core := c.client.CoreV1()
 	byName := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.name).String()
 	}
 	switch k.kind {
 	case kindConfigMap:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.ConfigMaps(k.namespace), byName), &corev1.ConfigMap{}, 0, cache.Indexers{})
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(c.client, core.ConfigMaps(k.namespace), byName), &corev1.ConfigMap{}, 0, cache.Indexers{})
 	case kindSecret:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.Secrets(k.namespace), byName), &corev1.Secret{}, 0, cache.Indexers{})
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(c.client, core.Secrets(k.namespace), byName), &corev1.Secret{}, 0, cache.Indexers{})
 	default:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(r.client, core.Services(k.namespace), nil), &corev1.Service{}, 0, cache.Indexers{})
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(c.client, core.Services(k.namespace), nil), &corev1.Service{}, 0, cache.Indexers{})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/node"
 	"github.com/vkubelet/vkubelet/pod"
+	"github.com/vkubelet/vkubelet/resolve"
 )
 
 // Shared is what the nodes of one process share instead of each making its own:
@@ -31,6 +32,7 @@ type Shared struct {
 	events      record.EventBroadcaster
 	pods        *pod.Source
 	nodes       *node.Watch
+	caches      *resolve.Caches
 	// registry holds the process's metrics (processMetrics), gathered with
 	// each node's own.
 	registry *prometheus.Registry
@@ -71,7 +73,8 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(processMetrics(apiRequests)...)
-	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes, registry: registry}, nil
+	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
+		caches: resolve.NewCaches(client), registry: registry}, nil
 }
 
 // Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
