@@ -111,6 +111,10 @@ type Controller struct {
 	deleteQueue workqueue.TypedRateLimitingInterface[string]
 
 	state    *stateStore
+	// removed holds the UID of each pod this controller removed from the API
+	// until the informer reports it gone: a late update of it (the deletion
+	// itself, seen after the removal) must not remove it a second time.
+	removed removedPods
 	recorder record.EventRecorder
 	metrics  *Metrics
 	clock    clock.WithTicker
@@ -348,6 +352,7 @@ func (c *Controller) handleDeletedPod(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		// The informer may not know the last state (or any object at all): the
 		// key is enough.
+		c.removed.forget(t.Key)
 		c.deleteQueue.Add(t.Key)
 		return
 	}
@@ -355,6 +360,7 @@ func (c *Controller) handleDeletedPod(obj any) {
 	if !ok {
 		return
 	}
+	c.removed.forget(p.key())
 	c.deleteQueue.Add(p.key())
 }
 

@@ -3,6 +3,7 @@ package pod
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -141,7 +142,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
-	if p.DeletionTimestamp == nil {
+	if p.DeletionTimestamp == nil || c.removed.has(key, p.UID) {
 		return nil
 	}
 	if st.providerUID != "" && st.providerUID != p.UID {
@@ -206,6 +207,9 @@ func gracePeriodSeconds(p *corev1.Pod) int64 {
 
 // removeFromAPI deletes the pod object for good, only if it is still the same pod.
 func (c *Controller) removeFromAPI(ctx context.Context, p *corev1.Pod) error {
+	// Recorded before the request, so that the informer's report of the pod
+	// gone, which clears it, cannot come first.
+	c.removed.add(keyOf(p), p.UID)
 	done := c.metrics.observeAPIDelete()
 	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
@@ -215,7 +219,37 @@ func (c *Controller) removeFromAPI(ctx context.Context, p *corev1.Pod) error {
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
+	c.removed.forget(keyOf(p))
 	return fmt.Errorf("removing %s from the API: %w", keyOf(p), err)
+}
+
+// removedPods are pods removed from the API whose removal the informer has not
+// reported yet, by key.
+type removedPods struct {
+	mu   sync.Mutex
+	uids map[string]types.UID
+}
+
+func (r *removedPods) add(key string, uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uids == nil {
+		r.uids = map[string]types.UID{}
+	}
+	r.uids[key] = uid
+}
+
+func (r *removedPods) has(key string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.uids[key]
+	return ok && u == uid
+}
+
+func (r *removedPods) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.uids, key)
 }
 
 // reconcileProvider runs once before the workers start: it learns which pods the
