@@ -69,6 +69,9 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 				return err
 			}
 			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
+			if cfg.Nodes > 1 && providerName != "mock" {
+				return fmt.Errorf("--nodes %d: several nodes are measured with the mock provider only", cfg.Nodes)
+			}
 			switch providerName {
 			case "mock":
 			case "slurm":
@@ -108,6 +111,8 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Pods, "pods", 1000, "pods to start and stop (e.g. 1000, 5000, 10000)")
+	f.IntVar(&cfg.Nodes, "nodes", 1, "nodes each implementation runs in its one process (vkubelet: a NodeSet file, `vkubelet run --config`; kwok: nodes by label); pods are bound to them in turn, and the idle nodes' heap and writes per node are reported")
+	f.DurationVar(&cfg.NodeIdle, "node-idle", 0, "how long the idle nodes are watched before any pod is created (default 30s with --nodes above 1)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "offered pod creations per second; 0: as fast as possible")
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "parallel clients creating (and, for the ceiling, writing) pods")
 	f.Var(&cfg.Shape, "pod-shape", "the pods created: deployment (a Deployment's pod, service-account token volume and owner reference included) or minimal (one container, no token)")
@@ -281,6 +286,14 @@ func printResult(out io.Writer, r *bench.Result) {
 					total += v
 				}
 				return fmt.Sprintf("%.2f / %.2f", total, n.IdleMaxMinuteWritesPerS)
+			})
+	}
+	if r.Nodes > 1 {
+		row(fmt.Sprintf("%d idle nodes: live heap per node", r.Nodes), none,
+			func(n *bench.NodeResult) string { return fmt.Sprintf("%.1f KiB", n.IdleHeapKiBPerNode) })
+		row("idle writes per node: Lease per 10 s / Node per min / other per min", none,
+			func(n *bench.NodeResult) string {
+				return fmt.Sprintf("%.2f / %.2f / %.2f", n.IdleLeaseWritesPer10sNode, n.IdleNodeWritesPerMinNode, n.IdleOtherWritesPerMinNode)
 			})
 	}
 	row("delete pods/s", fmt.Sprintf("%.1f", r.CeilingDeletePodsPerS),

@@ -15,6 +15,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -32,7 +33,14 @@ import (
 
 // Config says what to measure.
 type Config struct {
-	Pods        int     // pods to start and stop
+	Pods int // pods to start and stop
+	// Nodes is how many nodes each implementation runs in its one process
+	// (default 1); the pods are bound to them in turn.
+	Nodes int
+	// NodeIdle is how long the nodes' API writes and live heap are watched
+	// before any pod is created, for the idle cost of a node (default 30s with
+	// more than one node, else none).
+	NodeIdle    time.Duration
 	Rate        float64 // offered pod creations per second; 0 = as fast as Concurrency allows
 	Concurrency int     // parallel creators (default 50)
 	// Shape is the kind of pod created, in every phase (default ShapeDeployment).
@@ -125,6 +133,14 @@ type NodeResult struct {
 	// time, and the highest total of any one minute of it.
 	IdleWritesPerS          map[string]float64 `json:"idle_writes_per_s,omitempty"`
 	IdleMaxMinuteWritesPerS float64            `json:"idle_max_minute_writes_per_s,omitempty"`
+	// With Config.NodeIdle: the nodes before any pod, per node. The live heap
+	// is the process's divided by the nodes (its fixed part included); the
+	// writes are Lease writes per 10 s and Node writes per minute.
+	Nodes                     int     `json:"nodes,omitempty"`
+	IdleHeapKiBPerNode        float64 `json:"idle_heap_kib_per_node,omitempty"`
+	IdleLeaseWritesPer10sNode float64 `json:"idle_lease_writes_per_10s_per_node,omitempty"`
+	IdleNodeWritesPerMinNode  float64 `json:"idle_node_writes_per_min_per_node,omitempty"`
+	IdleOtherWritesPerMinNode float64 `json:"idle_other_writes_per_min_per_node,omitempty"`
 }
 
 // Run measures the ceiling, then kwok if asked, then the node agent, then the
@@ -139,6 +155,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 1
+	}
+	if cfg.Nodes > 1 && cfg.NodeIdle == 0 {
+		cfg.NodeIdle = 30 * time.Second
+	}
+	if cfg.Nodes > 1 && cfg.Remote {
+		return nil, errors.New("the provider protocol's node is measured alone: --nodes above 1 with --compare remote is not supported")
 	}
 	client, err := loadClient(cfg.RESTConfig)
 	if err != nil {
@@ -244,8 +269,10 @@ func namespaceName(phase string) string {
 // Running, then deletes them all and observes them gone, reading the process's
 // memory, CPU and API writes in between.
 func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *node, caPEM []byte) (*NodeResult, error) {
-	if err := waitNodeReady(ctx, c, n.name); err != nil {
-		return nil, n.failed(err)
+	for _, name := range n.names {
+		if err := waitNodeReady(ctx, c, name); err != nil {
+			return nil, n.failed(err)
+		}
 	}
 	ns := namespaceName(n.kind)
 	tmpl, err := prepareNamespace(ctx, c, ns, cfg.Shape, caPEM)
@@ -269,10 +296,15 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 		return nil, n.failed(err)
 	}
 	r := &NodeResult{IdleRSSMiB: idle.rssMiB}
+	if cfg.NodeIdle > 0 {
+		if err := idleNodes(ctx, cfg, n, r, idleHeap); err != nil {
+			return nil, n.failed(err)
+		}
+	}
 
-	fmt.Fprintf(cfg.Log, "bench: %s: creating %d pods on %s\n", n.kind, cfg.Pods, n.name)
+	fmt.Fprintf(cfg.Log, "bench: %s: creating %d pods on %s\n", n.kind, cfg.Pods, nodesText(n.names))
 	createStart := time.Now()
-	lat, span, err := startPods(ctx, c, obs, cfg, tmpl, ns, n.name)
+	lat, span, err := startPods(ctx, c, obs, cfg, tmpl, ns, n.names)
 	if err != nil {
 		return nil, n.failed(err)
 	}
@@ -373,6 +405,49 @@ func idleWrites(ctx context.Context, n *node, d time.Duration, log io.Writer) (m
 		}
 	}
 	return perS, maxMinute, nil
+}
+
+// idleNodes watches the nodes' API writes for cfg.NodeIdle before any pod is
+// created and records their cost per node in r, with the live heap idleHeap
+// (MiB) divided among them.
+func idleNodes(ctx context.Context, cfg Config, n *node, r *NodeResult, idleHeap float64) error {
+	fmt.Fprintf(cfg.Log, "bench: %s: %d idle nodes watched for %s\n", n.kind, len(n.names), cfg.NodeIdle)
+	before, err := n.writes(ctx)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(cfg.NodeIdle):
+	}
+	after, err := n.writes(ctx)
+	if err != nil {
+		return err
+	}
+	nodes := float64(len(n.names))
+	r.Nodes = len(n.names)
+	r.IdleHeapKiBPerNode = idleHeap * 1024 / nodes
+	for k, v := range after {
+		w := (v - before[k]) / nodes
+		switch {
+		case strings.HasSuffix(k, " leases"):
+			r.IdleLeaseWritesPer10sNode += w * 10 / cfg.NodeIdle.Seconds()
+		case strings.HasSuffix(k, " nodes") || strings.HasSuffix(k, " nodes/status"):
+			r.IdleNodeWritesPerMinNode += w * 60 / cfg.NodeIdle.Seconds()
+		default:
+			r.IdleOtherWritesPerMinNode += w * 60 / cfg.NodeIdle.Seconds()
+		}
+	}
+	return nil
+}
+
+// nodesText names nodes for the log: the one, or the first and last of many.
+func nodesText(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	return fmt.Sprintf("%d nodes (%s … %s)", len(names), names[0], names[len(names)-1])
 }
 
 // writesPerPod turns two readings of a write counter into writes per pod by kind,

@@ -171,7 +171,7 @@ func measureCRINode(ctx context.Context, c kubernetes.Interface, cfg Config, env
 	if err != nil {
 		return PathFigures{}, 0, err
 	}
-	lat, span, err := startPods(ctx, c, o, cfg, tmpl, ns, criNodeName)
+	lat, span, err := startPods(ctx, c, o, cfg, tmpl, ns, []string{criNodeName})
 	if err != nil {
 		return PathFigures{}, 0, n.failed(err)
 	}

@@ -82,6 +82,11 @@ func medianNode(runs []*NodeResult) NodeResult {
 	out.DeleteP99ms = med(func(r *NodeResult) float64 { return r.DeleteP99ms })
 	out.CreateSeconds = med(func(r *NodeResult) float64 { return r.CreateSeconds })
 	out.DeleteSeconds = med(func(r *NodeResult) float64 { return r.DeleteSeconds })
+	out.Nodes = runs[0].Nodes
+	out.IdleHeapKiBPerNode = med(func(r *NodeResult) float64 { return r.IdleHeapKiBPerNode })
+	out.IdleLeaseWritesPer10sNode = med(func(r *NodeResult) float64 { return r.IdleLeaseWritesPer10sNode })
+	out.IdleNodeWritesPerMinNode = med(func(r *NodeResult) float64 { return r.IdleNodeWritesPerMinNode })
+	out.IdleOtherWritesPerMinNode = med(func(r *NodeResult) float64 { return r.IdleOtherWritesPerMinNode })
 	return out
 }
 

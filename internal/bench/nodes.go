@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,8 +20,42 @@ var readVerbs = map[string]bool{"GET": true, "LIST": true, "WATCH": true}
 
 // startAgent runs the node agent (the vkubelet binary, mock provider) as a child
 // process. Its API writes are its own count, vkubelet_api_requests_total.
+//
+// With Config.Nodes above one, the process runs that many nodes from a NodeSet
+// file (`vkubelet run --config`), sharing one client and one pod watch.
 func startAgent(ctx context.Context, cfg Config) (*node, error) {
+	if cfg.Nodes > 1 {
+		return startFleet(ctx, cfg)
+	}
 	return startAgentWith(ctx, cfg, "vkubelet", "bench-node", []string{"--provider", "mock"})
+}
+
+// startFleet runs cfg.Nodes mock nodes, bench-node-0 …, in one agent process.
+func startFleet(ctx context.Context, cfg Config) (*node, error) {
+	dir, err := os.MkdirTemp("", "vkubelet-bench-nodeset-")
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(dir, "nodeset.yaml")
+	set := fmt.Sprintf("apiVersion: vkubelet.io/v1alpha1\nkind: NodeSet\nnodes:\n  - name: bench-node-%%d\n    count: %d\n    provider: mock\n", cfg.Nodes)
+	if err := os.WriteFile(file, []byte(set), 0o644); err != nil {
+		return nil, err
+	}
+	n, err := startAgentWith(ctx, cfg, "vkubelet", "", []string{"--config", file})
+	if err != nil {
+		return nil, err
+	}
+	n.names = numbered("bench-node-", cfg.Nodes)
+	return n, nil
+}
+
+// numbered returns prefix0, prefix1, … prefix(n-1).
+func numbered(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
 }
 
 // startRemoteAgent runs the node agent with --provider remote, and the mock behind
@@ -61,8 +96,12 @@ func startAgentWith(ctx context.Context, cfg Config, kind, name string, provider
 	if err != nil {
 		return nil, err
 	}
-	n := &node{kind: kind, name: name, metricsURL: "http://" + addr}
-	args := append(append([]string{"--nodename", n.name, "--kubeconfig", cfg.Kubeconfig}, providerArgs...),
+	n := &node{kind: kind, names: []string{name}, metricsURL: "http://" + addr}
+	args := []string{"--kubeconfig", cfg.Kubeconfig}
+	if name != "" { // else the nodes are a NodeSet file's, in providerArgs
+		args = append(args, "--nodename", name)
+	}
+	args = append(append(args, providerArgs...),
 		"--metrics-addr", addr, "--kubelet-port", "0", "--self-signed-serving-cert", "--disable-taint",
 		"--cert-dir", dir, "--log-level", "warn")
 	args = append(args, cfg.AgentArgs...)
@@ -110,15 +149,29 @@ func startKwok(ctx context.Context, c kubernetes.Interface, cfg Config) (*node, 
 	if err != nil {
 		return nil, err
 	}
-	n := &node{kind: "kwok", name: "bench-kwok-node", metricsURL: "http://" + addr,
+	n := &node{kind: "kwok", names: []string{"bench-kwok-node"}, metricsURL: "http://" + addr,
 		benchWrites: map[string]float64{"POST pods": 1}}
-	if _, err := c.CoreV1().Nodes().Create(ctx, kwokNode(n.name), metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating node %s for kwok: %w", n.name, err)
+	// One node: kwok manages it alone (and watches only its pods, as a kubelet
+	// does); several: the nodes labelled for it, all pods watched at once.
+	manage := "--manage-single-node=" + n.names[0]
+	if cfg.Nodes > 1 {
+		n.names = numbered("bench-kwok-node-", cfg.Nodes)
+		manage = "--manage-nodes-with-label-selector=type=kwok"
 	}
-	n.cleanup = func() { _ = c.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) }
+	n.cleanup = func() {
+		for _, name := range n.names {
+			_ = c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	}
+	for _, name := range n.names {
+		if _, err := c.CoreV1().Nodes().Create(ctx, kwokNode(name), metav1.CreateOptions{}); err != nil {
+			n.cleanup()
+			return nil, fmt.Errorf("creating node %s for kwok: %w", name, err)
+		}
+	}
 	args := []string{
 		"--kubeconfig=" + cfg.Kubeconfig,
-		"--manage-single-node=" + n.name,
+		manage,
 		"--config=" + cfg.KwokStages,
 		"--node-lease-duration-seconds=40",
 		"--server-address=" + addr, // /metrics and /debug/pprof, for the live heap

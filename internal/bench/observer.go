@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -147,9 +148,12 @@ func timed(ctx context.Context, cfg Config, tmpl *podTemplate, fn func(name stri
 
 func podTimeout(n int) time.Duration { return time.Duration(n)*50*time.Millisecond + 2*time.Minute }
 
-// startPods creates the pods and waits for each to be Running.
-func startPods(ctx context.Context, c kubernetes.Interface, o *observer, cfg Config, tmpl *podTemplate, ns, node string) ([]time.Duration, time.Duration, error) {
+// startPods creates the pods, bound to nodes in turn, and waits for each to be
+// Running.
+func startPods(ctx context.Context, c kubernetes.Interface, o *observer, cfg Config, tmpl *podTemplate, ns string, nodes []string) ([]time.Duration, time.Duration, error) {
+	var next atomic.Int64
 	asked, err := timed(ctx, cfg, tmpl, func(name string) error {
+		node := nodes[int(next.Add(1)-1)%len(nodes)]
 		p, err := c.CoreV1().Pods(ns).Create(ctx, tmpl.pod(name, node), metav1.CreateOptions{})
 		if err == nil {
 			err = tmpl.check(p)

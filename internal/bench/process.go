@@ -18,9 +18,9 @@ import (
 // node is a node implementation under measurement: a child process that keeps a
 // Node object Ready and runs the pods bound to it.
 type node struct {
-	kind string // "vkubelet" or "kwok"
-	name string // the Node object
-	proc *child
+	kind  string   // "vkubelet" or "kwok"
+	names []string // the Node objects
+	proc  *child
 	// metricsURL serves the process's Go runtime metrics (/metrics) and pprof
 	// (/debug/pprof), for its live heap.
 	metricsURL string

@@ -111,7 +111,7 @@ func RunSlurm(ctx context.Context, cfg Config) (*SlurmResult, error) {
 	}
 	o := observe(c, ns)
 	defer close(o.stop)
-	lat, span, err := startPods(ctx, c, o, cfg, tmpl, ns, name)
+	lat, span, err := startPods(ctx, c, o, cfg, tmpl, ns, []string{name})
 	if err != nil {
 		return nil, n.failed(err)
 	}
