@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/queuetimer"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// node's pods reference, shared with the other nodes of the process; nil:
 	// the node's own.
 	Caches *resolve.Caches
+	// Timer, if set, keeps the delayed adds of the node's queues (retries,
+	// grace-period checks) with those of the other nodes of the process; nil:
+	// each queue keeps its own. It must run (Timer.Run) with Clock.
+	Timer *queuetimer.Timer
 	// Source, if set, is the pod watch this node shares with the other nodes of
 	// the process; nil watches the node's own pods (ResyncPeriod is then the
 	// Source's).
@@ -97,6 +102,8 @@ type Controller struct {
 	informers informers.SharedInformerFactory
 	// source is the process's shared pod watch, nil without one.
 	source *Source
+	// timer keeps the queues' delayed adds, nil if each queue keeps its own.
+	timer *queuetimer.Timer
 	// pods reads pods bound to our node from the informer's cache.
 	pods       podCache
 	podsSynced cache.InformerSynced
@@ -110,11 +117,11 @@ type Controller struct {
 	// deleteQueue: pods to stop in the provider and, once stopped, remove from the API.
 	deleteQueue workqueue.TypedRateLimitingInterface[string]
 
-	state    *stateStore
+	state *stateStore
 	// removed holds the UID of each pod this controller removed from the API
 	// until the informer reports it gone: a late update of it (the deletion
 	// itself, seen after the removal) must not remove it a second time.
-	removed removedPods
+	removed  removedPods
 	recorder record.EventRecorder
 	metrics  *Metrics
 	clock    clock.WithTicker
@@ -163,6 +170,7 @@ func NewController(cfg Config) (*Controller, error) {
 		nodeName:      cfg.NodeName,
 		provider:      cfg.Provider,
 		source:        cfg.Source,
+		timer:         cfg.Timer,
 		state:         newStateStore(),
 		recorder:      cfg.Recorder,
 		metrics:       cfg.Metrics,
@@ -233,11 +241,16 @@ func (c *Controller) newQueue(name string) workqueue.TypedRateLimitingInterface[
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 2*time.Minute),
 		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(200), 500)},
 	)
-	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
+	cfg := workqueue.TypedRateLimitingQueueConfig[string]{
 		Name:            name,
 		MetricsProvider: c.metrics.queueMetrics(),
 		Clock:           c.clock,
-	})
+	}
+	if c.timer != nil {
+		cfg.DelayingQueue = c.timer.Queue(workqueue.TypedQueueConfig[string]{
+			Name: name, MetricsProvider: cfg.MetricsProvider, Clock: c.clock})
+	}
+	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg)
 }
 
 // Ready is closed once the informer has synced and the start-up reconcile with the

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/queuetimer"
 	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/providers/mock"
@@ -30,9 +31,12 @@ func TestNodesSharingAPodSourceEachRunTheirOwnPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sourceDone := make(chan struct{})
+	// The nodes' queues share one timer for their delayed adds, as in a NodeSet.
+	timer := queuetimer.New(nil)
+	sourceDone, timerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sourceDone); src.Run(ctx) }()
-	defer func() { cancel(); <-sourceDone }()
+	go func() { defer close(timerDone); timer.Run(ctx) }()
+	defer func() { cancel(); <-sourceDone; <-timerDone }()
 
 	nodes := []string{"src-a-" + ns, "src-b-" + ns, "src-none-" + ns}
 	for _, node := range nodes {
@@ -49,7 +53,7 @@ func TestNodesSharingAPodSourceEachRunTheirOwnPods(t *testing.T) {
 			p = newMock(t, node)
 			providers[node] = p
 		}
-		ctrl, err := pod.NewController(pod.Config{Client: c, NodeName: node, Provider: p, Source: src,
+		ctrl, err := pod.NewController(pod.Config{Client: c, NodeName: node, Provider: p, Source: src, Timer: timer,
 			StatusPollInterval: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -274,7 +274,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
 	}
 	if cfg.Shared != nil {
-		podCfg.Recorder, podCfg.Source, podCfg.Caches = cfg.Shared.recorder(cfg.NodeName), cfg.Shared.pods, cfg.Shared.caches
+		podCfg.Recorder, podCfg.Source, podCfg.Caches, podCfg.Timer = cfg.Shared.recorder(cfg.NodeName), cfg.Shared.pods, cfg.Shared.caches, cfg.Shared.timer
 	}
 	if n.pods, err = pod.NewController(podCfg); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/vkubelet/vkubelet/internal/queuetimer"
 	"github.com/vkubelet/vkubelet/node"
 	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/resolve"
@@ -33,6 +35,7 @@ type Shared struct {
 	pods        *pod.Source
 	nodes       *node.Watch
 	caches      *resolve.Caches
+	timer       *queuetimer.Timer
 	// registry holds the process's metrics (processMetrics), gathered with
 	// each node's own.
 	registry *prometheus.Registry
@@ -74,20 +77,23 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(processMetrics(apiRequests)...)
 	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
-		caches: resolve.NewCaches(client), registry: registry}, nil
+		caches: resolve.NewCaches(client), timer: queuetimer.New(nil), registry: registry}, nil
 }
 
 // Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
 func (s *Shared) Run(ctx context.Context) {
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.events.Shutdown()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.nodes.Run(ctx)
-	}()
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context){s.nodes.Run, s.timer.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(ctx)
+		}()
+	}
 	s.pods.Run(ctx)
-	<-done
+	wg.Wait()
 }
 
 // recorder records Events as node's.
