@@ -23,6 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -397,14 +399,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 		}
 		return fmt.Errorf("kubelet API: %w", err)
 	}
-	caFile := n.cfg.ClientCAFile
-	if caFile == "" {
-		if caFile, err = n.clusterClientCA(ctx, certDir(n.cfg)); err != nil {
-			n.log.Warn("no client CA: the kubelet API accepts bearer tokens only", "error", err)
-		}
-	}
-	authn, authz, err := kubeletapi.NewDelegatingAuth(ctx, kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile,
-		TokenCacheTTL: n.cfg.TokenCacheTTL, AllowCacheTTL: n.cfg.AllowCacheTTL, DenyCacheTTL: n.cfg.DenyCacheTTL})
+	authn, authz, err := n.kubeletAuth(ctx)
 	if err != nil {
 		return err
 	}
@@ -418,6 +413,28 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	}
 	close(n.apiReady)
 	return srv.Serve(ctx, n.kubeletListener, tlsCfg)
+}
+
+// kubeletAuth is the authenticator and authorizer of the kubelet API: the
+// process's, shared by its nodes, or the node's own. They delegate to the API
+// server (TokenReview, SubjectAccessReview) and cache its answers, and accept
+// client certificates of the cluster's client CA.
+func (n *Node) kubeletAuth(ctx context.Context) (authenticator.Request, authorizer.Authorizer, error) {
+	build := func(ctx context.Context) (authenticator.Request, authorizer.Authorizer, error) {
+		caFile := n.cfg.ClientCAFile
+		if caFile == "" {
+			var err error
+			if caFile, err = n.clusterClientCA(ctx, certDir(n.cfg)); err != nil {
+				n.log.Warn("no client CA: the kubelet API accepts bearer tokens only", "error", err)
+			}
+		}
+		return kubeletapi.NewDelegatingAuth(ctx, kubeletapi.AuthConfig{Client: n.client, ClientCAFile: caFile,
+			TokenCacheTTL: n.cfg.TokenCacheTTL, AllowCacheTTL: n.cfg.AllowCacheTTL, DenyCacheTTL: n.cfg.DenyCacheTTL})
+	}
+	if n.cfg.Shared != nil {
+		return n.cfg.Shared.kubeletAuth(build)
+	}
+	return build(ctx)
 }
 
 // clusterClientCA writes the CA the API server trusts for client certificates,

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -39,6 +41,16 @@ type Shared struct {
 	// registry holds the process's metrics (processMetrics), gathered with
 	// each node's own.
 	registry *prometheus.Registry
+
+	// ctx ends when Run returns: what the shared machinery starts on demand
+	// (the kubelet API's client-CA watch) stops with it.
+	ctx  context.Context
+	stop context.CancelFunc
+	// The kubelet API's authenticator and authorizer, with their caches of the
+	// API server's answers: built by the first node that serves (kubeletAuth).
+	authMu sync.Mutex
+	authn  authenticator.Request
+	authz  authorizer.Authorizer
 }
 
 // NewShared builds the shared machinery of nodes configured from base (its
@@ -76,12 +88,14 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(processMetrics(apiRequests)...)
-	return &Shared{client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
+	runCtx, stop := context.WithCancel(context.Background())
+	return &Shared{ctx: runCtx, stop: stop, client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
 		caches: resolve.NewCaches(client), timer: queuetimer.New(nil), registry: registry}, nil
 }
 
 // Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
 func (s *Shared) Run(ctx context.Context) {
+	defer s.stop()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.events.Shutdown()
 	var wg sync.WaitGroup
@@ -94,6 +108,24 @@ func (s *Shared) Run(ctx context.Context) {
 	}
 	s.pods.Run(ctx)
 	wg.Wait()
+}
+
+// kubeletAuth returns the nodes' kubelet API authenticator and authorizer,
+// built by build the first time it succeeds (with a context that ends with Run). A
+// thousand nodes share one client-CA watch and one cache of TokenReview and
+// SubjectAccessReview answers, as the requests they authorize come from the
+// same few clients (the API server, metrics-server, Prometheus).
+func (s *Shared) kubeletAuth(build func(context.Context) (authenticator.Request, authorizer.Authorizer, error)) (authenticator.Request, authorizer.Authorizer, error) {
+	s.authMu.Lock()
+	defer s.authMu.Unlock()
+	if s.authn == nil {
+		authn, authz, err := build(s.ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.authn, s.authz = authn, authz
+	}
+	return s.authn, s.authz, nil
 }
 
 // recorder records Events as node's.

@@ -83,6 +83,14 @@ func TestANodeSetRunsItsNodesAndFollowsChangesToIt(t *testing.T) {
 	}
 	for _, node := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1"} {
 		testenv.WaitPhase(t, ns, "on-"+node, corev1.PodRunning)
+		// Through the API server (authenticated by its client certificate and
+		// authorized by a SubjectAccessReview) to the node's kubelet API, whose
+		// authenticator and authorizer the nodes share. The nodes' serving
+		// certificates are self-signed here, as kubectl logs
+		// --insecure-skip-tls-verify-backend accepts.
+		if b, err := c.CoreV1().Pods(ns).GetLogs("on-"+node, &corev1.PodLogOptions{InsecureSkipTLSVerifyBackend: true}).DoRaw(ctx); err != nil {
+			t.Errorf("logs of the pod on %s: %v (%s)", node, err, b)
+		}
 	}
 	alphaPod, err := c.CoreV1().Pods(ns).Get(ctx, "on-fleet-alpha", metav1.GetOptions{})
 	if err != nil {
