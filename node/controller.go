@@ -59,7 +59,10 @@ type Config struct {
 	LeaseDuration time.Duration
 	RenewInterval time.Duration
 	// StatusUpdateInterval is how often the whole status is written even when nothing
-	// changed, refreshing the heartbeat times of the conditions (default 1m).
+	// changed, refreshing the heartbeat times of the conditions (default 5m, the
+	// kubelet's nodeStatusReportFrequency: the Lease, not the status, says the node
+	// is alive, and a thousand idle nodes writing their status every minute would
+	// cost the API server 17 writes a second for nothing).
 	StatusUpdateInterval time.Duration
 	// PingTimeout bounds each provider Ping (default 5s).
 	PingTimeout time.Duration
@@ -103,7 +106,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.RenewInterval = 10 * time.Second
 	}
 	if cfg.StatusUpdateInterval == 0 {
-		cfg.StatusUpdateInterval = time.Minute
+		cfg.StatusUpdateInterval = 5 * time.Minute
 	}
 	if cfg.PingTimeout == 0 {
 		cfg.PingTimeout = 5 * time.Second

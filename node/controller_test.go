@@ -625,7 +625,7 @@ func TestNewControllerDefaultsAndValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.cfg.OperatingSystem != "linux" || c.cfg.Architecture == "" || c.cfg.LeaseDuration != 40*time.Second ||
-		c.cfg.RenewInterval != 10*time.Second || c.cfg.StatusUpdateInterval != time.Minute || c.cfg.PingTimeout != 5*time.Second {
+		c.cfg.RenewInterval != 10*time.Second || c.cfg.StatusUpdateInterval != 5*time.Minute || c.cfg.PingTimeout != 5*time.Second {
 		t.Errorf("defaults not applied: %+v", c.cfg)
 	}
 	for name, cfg := range map[string]Config{
