@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -139,5 +141,78 @@ func TestANodeSetRunsItsNodesAndFollowsChangesToIt(t *testing.T) {
 	testenv.WaitPhase(t, ns, "on-fleet-mock-2", corev1.PodRunning)
 	for _, n := range []string{"fleet-alpha", "fleet-mock-0", "fleet-mock-1", "fleet-mock-2"} {
 		_ = c.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+}
+
+// A node with a deep queue takes no work from another node of the process: a
+// pod bound to a quiet node runs while a slow node (each provider call 200 ms)
+// still works through a burst of 200 pods bound before it. Each node has its
+// own queues and workers; the shared pod watch only routes events.
+func TestABusyNodeDoesNotHoldUpAQuietOne(t *testing.T) {
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	for name, conf := range map[string]string{"slow.json": `{"latency": "200ms"}`, "quick.json": `{}`} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := mustNew(t, Config{Base: nodetest.MockConfig(t, "unused", mock.Config{})})
+	t.Cleanup(f.Stop)
+	busy, quiet := "fair-busy-"+ns, "fair-quiet-"+ns
+	nodes, err := nodeconfig.Parse(fmt.Appendf(nil, `apiVersion: vkubelet.io/v1alpha1
+kind: NodeSet
+nodes:
+  - name: %s
+    providerConfig: %s
+  - name: %s
+    providerConfig: %s
+`, busy, filepath.Join(dir, "slow.json"), quiet, filepath.Join(dir, "quick.json")), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Apply(ctx, nodes)
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := f.WaitReady(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{busy, quiet} {
+			_ = c.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	})
+	pod := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+				Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	}
+	const burst = 200
+	for i := range burst {
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod(fmt.Sprintf("busy-%d", i), busy), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod("quiet", quiet), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	testenv.WaitPhase(t, ns, "quiet", corev1.PodRunning)
+	took := time.Since(created)
+	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			running++
+		}
+	}
+	t.Logf("the quiet node's pod ran %s after it was created, when %d of the busy node's %d pods were Running", took.Round(time.Millisecond), running, burst)
+	// 200 pods through 10 workers at 200 ms a call take at least 4 s.
+	if running >= burst*9/10 {
+		t.Errorf("the quiet node's pod ran only once %d of the busy node's %d pods had: it waited behind them", running, burst)
 	}
 }
