@@ -21,6 +21,21 @@ type Metrics struct {
 	queueUnfinished     *prometheus.GaugeVec
 	queueLongestRunning *prometheus.GaugeVec
 	queueRetries        *prometheus.CounterVec
+
+	// nodes says several nodes' controllers share the metrics (NewNodesMetrics).
+	nodes bool
+}
+
+// NewNodesMetrics creates the metrics shared by the pod controllers of a
+// process's nodes, unregistered: counts and histograms sum over the nodes, and
+// the queues' depth gauges too. The queues' unfinished-work and longest-running
+// gauges are not kept, since each queue sets them to its own figure and the
+// last would hide the others; a thousand nodes' series each would cost more
+// than the nodes themselves.
+func NewNodesMetrics() *Metrics {
+	m := NewMetrics()
+	m.nodes = true
+	return m
 }
 
 // NewMetrics creates the metrics, unregistered.
@@ -127,12 +142,23 @@ func (p queueMetricsProvider) NewWorkDurationMetric(name string) workqueue.Histo
 }
 
 func (p queueMetricsProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	if p.m.nodes {
+		return noGauge{}
+	}
 	return p.m.queueUnfinished.WithLabelValues(name)
 }
 
 func (p queueMetricsProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	if p.m.nodes {
+		return noGauge{}
+	}
 	return p.m.queueLongestRunning.WithLabelValues(name)
 }
+
+// noGauge is a gauge nothing reads.
+type noGauge struct{}
+
+func (noGauge) Set(float64) {}
 
 func (p queueMetricsProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return p.m.queueRetries.WithLabelValues(name)

@@ -256,12 +256,16 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	metrics := pod.NewMetrics()
-	if err := metrics.Register(n.registry); err != nil {
-		return nil, err
-	}
 	n.apiMetrics = kubeletapi.NewMetrics()
-	if err := n.apiMetrics.Register(n.registry); err != nil {
-		return nil, err
+	if cfg.Shared != nil {
+		metrics, n.apiMetrics = cfg.Shared.podMetrics, cfg.Shared.apiMetrics
+	} else {
+		if err := metrics.Register(n.registry); err != nil {
+			return nil, err
+		}
+		if err := n.apiMetrics.Register(n.registry); err != nil {
+			return nil, err
+		}
 	}
 	cfg.Tracing.NodeName = cfg.NodeName
 	tp, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)

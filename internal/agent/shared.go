@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vkubelet/vkubelet/internal/queuetimer"
+	"github.com/vkubelet/vkubelet/kubeletapi"
 	"github.com/vkubelet/vkubelet/node"
 	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/resolve"
@@ -38,6 +39,9 @@ type Shared struct {
 	nodes       *node.Watch
 	caches      *resolve.Caches
 	timer       *queuetimer.Timer
+	// The nodes' pod controller and kubelet API metrics, summed over them.
+	podMetrics *pod.Metrics
+	apiMetrics *kubeletapi.Metrics
 	// registry holds the process's metrics (processMetrics), gathered with
 	// each node's own.
 	registry *prometheus.Registry
@@ -88,9 +92,17 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(processMetrics(apiRequests)...)
+	podMetrics, kubeletMetrics := pod.NewNodesMetrics(), kubeletapi.NewMetrics()
+	if err := podMetrics.Register(registry); err != nil {
+		return nil, err
+	}
+	if err := kubeletMetrics.Register(registry); err != nil {
+		return nil, err
+	}
 	runCtx, stop := context.WithCancel(context.Background())
 	return &Shared{ctx: runCtx, stop: stop, client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
-		caches: resolve.NewCaches(client), timer: queuetimer.New(nil), registry: registry}, nil
+		caches: resolve.NewCaches(client), timer: queuetimer.New(nil), registry: registry,
+		podMetrics: podMetrics, apiMetrics: kubeletMetrics}, nil
 }
 
 // Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
