@@ -3,10 +3,11 @@
 // removed one stops, a changed one restarts, and the others go on untouched. A
 // node that fails is started again with back-off, without stopping the others.
 //
-// The nodes of a NodeSet share one API client, one Event broadcaster and one pod
-// watch (agent.Shared), unless each has an identity of its own (a bootstrap
-// credential). Each node keeps its own queues, workers, node watch, lease
-// renewal and kubelet API port (docs/ARCHITECTURE.md).
+// The nodes of a NodeSet share one API client, the pod and Node watches, the
+// caches of referenced objects, the Event broadcaster, the kubelet API's
+// authentication and the metrics (agent.Shared), unless each has an identity of
+// its own (a bootstrap credential). Each node keeps its own queues, workers,
+// Lease renewal and kubelet API port (docs/ARCHITECTURE.md).
 package fleet
 
 import (
