@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,9 +19,8 @@ import (
 // each change to the Controller of that node, if the process runs one.
 type Watch struct {
 	informer cache.SharedIndexInformer
-
-	mu       sync.RWMutex
-	handlers map[string]cache.ResourceEventHandler
+	// router hands each Node's changes to its Controller.
+	router *cacheutil.Router
 }
 
 // NewWatch builds the watch; nothing runs until Run.
@@ -32,19 +30,8 @@ func NewWatch(client kubernetes.Interface) (*Watch, error) {
 	if err := informer.SetTransform(slimNode); err != nil {
 		return nil, fmt.Errorf("node watch: %w", err)
 	}
-	w := &Watch{informer: informer, handlers: map[string]cache.ResourceEventHandler{}}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(oldObj, newObj any) {
-			if h := w.handler(newObj); h != nil {
-				h.OnUpdate(oldObj, newObj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if h := w.handler(obj); h != nil {
-				h.OnDelete(obj)
-			}
-		},
-	}); err != nil {
+	w := &Watch{informer: informer, router: cacheutil.NewRouter(nodeName)}
+	if _, err := informer.AddEventHandler(w.router.Handler()); err != nil {
 		return nil, fmt.Errorf("node watch: %w", err)
 	}
 	return w, nil
@@ -66,32 +53,20 @@ func slimNode(obj any) (any, error) {
 	return out, nil
 }
 
-// handler returns the handler of the Node obj is, nil if none.
-func (w *Watch) handler(obj any) cache.ResourceEventHandler {
-	name := ""
+// nodeName is the name of a Node, or of a tombstone's (Nodes have no
+// namespace: the key is the name).
+func nodeName(obj any) (string, bool) {
 	switch o := obj.(type) {
 	case *corev1.Node:
-		name = o.Name
+		return o.Name, true
 	case cache.DeletedFinalStateUnknown:
-		name = o.Key // Nodes have no namespace: the key is the name
+		return o.Key, true
 	}
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.handlers[name]
+	return "", false
 }
 
 // register makes h the handler of node's changes until the returned function is
-// called.
+// called. (A Controller needs no replay: it reads its Node when it starts.)
 func (w *Watch) register(node string, h cache.ResourceEventHandler) (unregister func(), err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, taken := w.handlers[node]; taken {
-		return nil, fmt.Errorf("node watch: node %s already has a running controller", node)
-	}
-	w.handlers[node] = h
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.handlers, node)
-	}, nil
+	return w.router.Register(node, h, nil)
 }

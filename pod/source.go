@@ -3,7 +3,6 @@ package pod
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,10 +28,8 @@ import (
 // (a Controller without a Source).
 type Source struct {
 	informer cache.SharedIndexInformer
-
-	mu sync.RWMutex
-	// handlers are the Controllers' event handlers by node name.
-	handlers map[string]cache.ResourceEventHandler
+	// router hands each node's events to its Controller.
+	router *cacheutil.Router
 }
 
 // byNode indexes cachedPods by the node they are bound to.
@@ -47,25 +44,8 @@ func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, erro
 	if err := informer.SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
-	s := &Source{informer: informer, handlers: map[string]cache.ResourceEventHandler{}}
-	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if h := s.handler(obj); h != nil {
-				h.OnAdd(obj, false)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if h := s.handler(newObj); h != nil {
-				h.OnUpdate(oldObj, newObj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if h := s.handler(obj); h != nil {
-				h.OnDelete(obj)
-			}
-		},
-	})
-	if err != nil {
+	s := &Source{informer: informer, router: cacheutil.NewRouter(podNode)}
+	if _, err := informer.AddEventHandler(s.router.Handler()); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
 	return s, nil
@@ -82,42 +62,27 @@ func nodeIndex(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// handler returns the handler of the node obj is bound to, nil if none. A
-// tombstone carries the last cachedPod the informer had, which names the node.
-func (s *Source) handler(obj any) cache.ResourceEventHandler {
+// podNode is the node a cachedPod is bound to. A tombstone carries the last
+// cachedPod the informer had, which names it.
+func podNode(obj any) (string, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	p, ok := obj.(*cachedPod)
 	if !ok {
-		return nil
+		return "", false
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.handlers[p.NodeName]
+	return p.NodeName, true
 }
 
 // register makes h the handler of node's pods, until the returned function is
 // called, and hands it the pods already cached, as an informer does for a handler
 // added late.
-//
-// The replay holds the lock that event delivery takes: an event of the node's
-// pods is delivered before the replay (and dropped, the replay covering it, as
-// the cache is written before events are delivered) or after it.
 func (s *Source) register(node string, h cache.ResourceEventHandler) (unregister func(), err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, taken := s.handlers[node]; taken {
-		return nil, fmt.Errorf("pod source: node %s already has a running pod controller", node)
-	}
-	s.handlers[node] = h
-	objs, _ := s.informer.GetIndexer().ByIndex(byNode, node)
-	for _, obj := range objs {
-		h.OnAdd(obj, true)
-	}
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.handlers, node)
-	}, nil
+	return s.router.Register(node, h, func(h cache.ResourceEventHandler) {
+		objs, _ := s.informer.GetIndexer().ByIndex(byNode, node)
+		for _, obj := range objs {
+			h.OnAdd(obj, true)
+		}
+	})
 }
