@@ -74,10 +74,6 @@ type Resolver struct {
 	pods map[string]*podRefs
 	// referrers maps an object to the keys of the pods that referenced it.
 	referrers map[objectKey]map[string]struct{}
-
-	svcEnv serviceEnvMemo
-	// configMapBytes shares mounted ConfigMap values between pods.
-	configMapBytes sharedConfigMapBytes
 }
 
 type kind string
@@ -312,7 +308,6 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 			delete(m, key)
 			if len(m) == 0 {
 				delete(r.referrers, o)
-				r.configMapBytes.forget(o)
 			}
 		}
 	}
@@ -396,7 +391,7 @@ func (s *cacheSource) configMap(namespace, name string) (*corev1.ConfigMap, erro
 }
 
 func (s *cacheSource) configMapBytes(cm *corev1.ConfigMap, key, value string) []byte {
-	return s.r.configMapBytes.get(cm, key, value)
+	return s.r.caches.configMapBytes.get(cm, key, value)
 }
 
 func (s *cacheSource) secret(namespace, name string) (*corev1.Secret, error) {
@@ -408,7 +403,7 @@ func (s *cacheSource) secret(namespace, name string) (*corev1.Secret, error) {
 }
 
 func (s *cacheSource) serviceEnv(podNamespace string, links bool, services []*corev1.Service) *envList {
-	return s.r.svcEnv.get(podNamespace, links, services)
+	return s.r.caches.svcEnv.get(podNamespace, links, services)
 }
 
 func (s *cacheSource) services(namespace string) ([]*corev1.Service, error) {

@@ -502,3 +502,41 @@ func TestResolversSharingCachesWatchAReferencedObjectOnce(t *testing.T) {
 		t.Errorf("%d informers once no resolver uses them, want 0", n)
 	}
 }
+
+// Resolvers sharing Caches hand their pods one copy of a mounted ConfigMap
+// value (the CA bundle every token volume mounts), kept while any pod of any of
+// them references the ConfigMap.
+func TestResolversSharingCachesShareMountedConfigMapBytes(t *testing.T) {
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ca"}, Data: map[string]string{"ca.crt": "PEM"}})
+	caches := NewCaches(client)
+	mount := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}},
+				Volumes: []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "ca"}}}}}}}
+	}
+	var files [][]byte
+	var resolvers []*Resolver
+	for _, node := range []string{"node-a", "node-b"} {
+		r, err := New(Config{Client: client, NodeName: node, Caches: caches, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resolvers = append(resolvers, r)
+		rp, err := r.Resolve(context.Background(), mount("on-"+node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, rp.Volumes["ca"].Files[0].Data)
+	}
+	if string(files[0]) != "PEM" || &files[0][0] != &files[1][0] {
+		t.Errorf("the two nodes' pods got %q at %p and %q at %p; want one copy", files[0], &files[0][0], files[1], &files[1][0])
+	}
+	resolvers[0].stop()
+	resolvers[1].stop()
+	caches.configMapBytes.mu.Lock()
+	defer caches.configMapBytes.mu.Unlock()
+	if n := len(caches.configMapBytes.byObject); n != 0 {
+		t.Errorf("%d ConfigMaps' bytes kept once no pod references them, want 0", n)
+	}
+}

@@ -96,14 +96,22 @@ func (r *Resolver) releaseAllLocked() {
 
 // Caches are the informers of the objects pods reference, one per ConfigMap or
 // Secret and one per namespace's Services, each running while a resolver uses
-// it. The resolvers of a process's nodes share one Caches, so that a thousand
-// nodes with pods in one namespace watch its kube-root-ca.crt once, not a
-// thousand times; a resolver without one makes its own.
+// it, and what is derived from them alone: the bytes of mounted ConfigMap values
+// and the service variables of a namespace. The resolvers of a process's nodes
+// share one Caches, so that a thousand nodes with pods in one namespace watch its
+// kube-root-ca.crt once, not a thousand times, and keep its CA bundle and the
+// namespace's service variables once; a resolver without one makes its own.
 type Caches struct {
 	client kubernetes.Interface
 
 	mu      sync.Mutex
 	entries map[storeKey]*sharedStore
+
+	// configMapBytes shares mounted ConfigMap values between pods; what is kept
+	// for a ConfigMap goes when its informer stops.
+	configMapBytes sharedConfigMapBytes
+	// svcEnv shares the service variables between the pods of a namespace.
+	svcEnv serviceEnvMemo
 }
 
 // sharedStore is one running informer and the resolvers using it.
@@ -141,6 +149,7 @@ func (c *Caches) acquire(k storeKey, onChange func(objectKey)) (_ cache.SharedIn
 		if len(e.users) == 0 && c.entries[k] == e {
 			e.cancel()
 			delete(c.entries, k)
+			c.configMapBytes.forget(objectKey(k))
 		}
 	}
 }
