@@ -283,6 +283,14 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	obs := observe(c, ns)
 	defer close(obs.stop)
 	time.Sleep(2 * time.Second) // let start-up requests (lease, node status, informers) settle
+	r := &NodeResult{}
+	if cfg.NodeIdle > 0 {
+		// Before the idle figures below: many nodes take longer to settle
+		// (serving certificates, first status writes) than one.
+		if err := idleNodes(ctx, cfg, n, r); err != nil {
+			return nil, n.failed(err)
+		}
+	}
 	idle, err := n.proc.usage()
 	if err != nil {
 		return nil, err
@@ -295,11 +303,9 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err != nil {
 		return nil, n.failed(err)
 	}
-	r := &NodeResult{IdleRSSMiB: idle.rssMiB}
-	if cfg.NodeIdle > 0 {
-		if err := idleNodes(ctx, cfg, n, r, idleHeap); err != nil {
-			return nil, n.failed(err)
-		}
+	r.IdleRSSMiB = idle.rssMiB
+	if r.Nodes > 0 {
+		r.IdleHeapKiBPerNode = idleHeap * 1024 / float64(r.Nodes)
 	}
 
 	fmt.Fprintf(cfg.Log, "bench: %s: creating %d pods on %s\n", n.kind, cfg.Pods, nodesText(n.names))
@@ -408,9 +414,8 @@ func idleWrites(ctx context.Context, n *node, d time.Duration, log io.Writer) (m
 }
 
 // idleNodes watches the nodes' API writes for cfg.NodeIdle before any pod is
-// created and records their cost per node in r, with the live heap idleHeap
-// (MiB) divided among them.
-func idleNodes(ctx context.Context, cfg Config, n *node, r *NodeResult, idleHeap float64) error {
+// created and records their writes per node in r.
+func idleNodes(ctx context.Context, cfg Config, n *node, r *NodeResult) error {
 	fmt.Fprintf(cfg.Log, "bench: %s: %d idle nodes watched for %s\n", n.kind, len(n.names), cfg.NodeIdle)
 	before, err := n.writes(ctx)
 	if err != nil {
@@ -427,7 +432,6 @@ func idleNodes(ctx context.Context, cfg Config, n *node, r *NodeResult, idleHeap
 	}
 	nodes := float64(len(n.names))
 	r.Nodes = len(n.names)
-	r.IdleHeapKiBPerNode = idleHeap * 1024 / nodes
 	for k, v := range after {
 		w := (v - before[k]) / nodes
 		switch {
