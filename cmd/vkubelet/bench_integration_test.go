@@ -182,3 +182,40 @@ func hasTokenVolume(p *corev1.Pod) bool {
 	}
 	return false
 }
+
+// TestBenchRunsSeveralNodesInEachProcess runs `vkubelet bench --nodes 3`: kwok and
+// the agent each run three nodes, the pods are spread over them, and the idle
+// nodes' cost per node is reported: a Lease write per node per renewal, no Node
+// write in the window (the status is written every 5 minutes when unchanged).
+func TestBenchRunsSeveralNodesInEachProcess(t *testing.T) {
+	cp := testenv.ControlPlane(t)
+	r := runBench(t, "--nodes", "3", "--node-idle", "12s", "--pods", "30", "--concurrency", "10",
+		"--pod-shape", "minimal", "--compare", "kwok", "--kubeconfig", cp.KubeconfigPath)
+	ctx := context.Background()
+	c := testenv.Client(t)
+	for name, n := range map[string]*bench.NodeResult{"vkubelet": &r.NodeResult, "kwok": r.Kwok} {
+		if n == nil {
+			t.Fatalf("%s: no figures", name)
+		}
+		checkNodeFigures(t, name, n)
+		// Lease renewals every 10 s (the bench's nodes run with the defaults).
+		if n.Nodes != 3 || n.IdleHeapKiBPerNode <= 0 || n.IdleLeaseWritesPer10sNode < 0.5 || n.IdleLeaseWritesPer10sNode > 2 || n.IdleNodeWritesPerMinNode != 0 {
+			t.Errorf("%s: idle figures for 3 nodes: nodes %d, heap %v KiB per node, Lease writes %v per 10 s, Node writes %v per minute",
+				name, n.Nodes, n.IdleHeapKiBPerNode, n.IdleLeaseWritesPer10sNode, n.IdleNodeWritesPerMinNode)
+		}
+	}
+	// The Nodes are gone with their processes; they were there, three each.
+	events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.Source.Host, "bench-node-") {
+			seen[e.Source.Host] = true
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("Events of %d of the agent's nodes (%v), want 3: the pods were not spread over them", len(seen), seen)
+	}
+}
