@@ -162,7 +162,11 @@ func (r *Resolver) Run(ctx context.Context) {
 func (r *Resolver) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.releaseAllLocked()
+	for k, s := range r.stores {
+		s.release()
+		delete(r.stores, k)
+	}
+	r.closed = true
 }
 
 // Resolve builds everything a provider needs to run pod: environment, volume files

@@ -85,15 +85,6 @@ func (r *Resolver) unrefStoreLocked(k storeKey) {
 	}
 }
 
-// releaseAllLocked gives every cache back, at the end of Run.
-func (r *Resolver) releaseAllLocked() {
-	for k, s := range r.stores {
-		s.release()
-		delete(r.stores, k)
-	}
-	r.closed = true
-}
-
 // Caches are the informers of the objects pods reference, one per ConfigMap or
 // Secret and one per namespace's Services, each running while a resolver uses
 // it, and what is derived from them alone: the bytes of mounted ConfigMap values

@@ -60,7 +60,7 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 	}
 	defer fl.Stop()
 	if path != "" && f.cfg.MetricsAddr != "" {
-		// The process's metrics and profiles; each node's own are on its kubelet port.
+		// The nodes' metrics, summed, and the process's profiles.
 		shared := fl.Shared()
 		if shared == nil {
 			return errors.New("--metrics-addr with --config serves the metrics of nodes sharing one client, which nodes with a --bootstrap-kubeconfig do not; scrape each node's /metrics on its kubelet port")

@@ -121,9 +121,9 @@ type Config struct {
 	// KubeletListener, if set, is where the kubelet API listens instead of
 	// KubeletPort (for instance a socket in a network namespace, see internal/netns).
 	KubeletListener net.Listener
-	// Shared, if set, is the client, Event broadcaster and pod watch the node
-	// shares with the other nodes of the process (NewShared); its credential is
-	// then the node's.
+	// Shared, if set, is the machinery the node shares with the other nodes of
+	// the process (NewShared): its client, and so its credential, watches,
+	// caches and metrics.
 	Shared *Shared
 
 	Logger *slog.Logger
@@ -136,10 +136,8 @@ type Node struct {
 	provider any
 	nodes    *node.Controller
 	pods     *pod.Controller
-	// registry holds the node's own metrics; gatherer gathers them with the
-	// process's (Go runtime, process, API client), which nodes sharing a
-	// process share.
-	registry *prometheus.Registry
+	// gatherer gathers the metrics the node serves: its own registry's, or
+	// those of the process it shares (Shared).
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
 	// kubeletListener is bound in New so the node can advertise the real port.
@@ -192,7 +190,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err := checkShared(cfg); err != nil {
 			return nil, err
 		}
-		client, apiRequests = cfg.Shared.client, cfg.Shared.apiRequests
+		client = cfg.Shared.client
 	} else {
 		if restCfg, err = clientConfig(ctx, certCtx, cfg); err != nil {
 			return nil, err
@@ -214,13 +212,22 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, client: client, provider: p, registry: prometheus.NewRegistry(),
+	n := &Node{cfg: cfg, client: client, provider: p,
 		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{}), stopCerts: stopCerts}
+	var metrics *pod.Metrics
 	if cfg.Shared != nil {
-		n.gatherer = prometheus.Gatherers{cfg.Shared.registry, n.registry}
+		n.gatherer, metrics, n.apiMetrics = cfg.Shared.registry, cfg.Shared.podMetrics, cfg.Shared.apiMetrics
 	} else {
-		n.registry.MustRegister(processMetrics(apiRequests)...)
-		n.gatherer = n.registry
+		registry := prometheus.NewRegistry()
+		metrics, n.apiMetrics = pod.NewMetrics(), kubeletapi.NewMetrics()
+		registry.MustRegister(processMetrics(apiRequests)...)
+		if err := metrics.Register(registry); err != nil {
+			return nil, err
+		}
+		if err := n.apiMetrics.Register(registry); err != nil {
+			return nil, err
+		}
+		n.gatherer = registry
 	}
 
 	n.kubeletListener = cfg.KubeletListener
@@ -254,18 +261,6 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	metrics := pod.NewMetrics()
-	n.apiMetrics = kubeletapi.NewMetrics()
-	if cfg.Shared != nil {
-		metrics, n.apiMetrics = cfg.Shared.podMetrics, cfg.Shared.apiMetrics
-	} else {
-		if err := metrics.Register(n.registry); err != nil {
-			return nil, err
-		}
-		if err := n.apiMetrics.Register(n.registry); err != nil {
-			return nil, err
-		}
 	}
 	cfg.Tracing.NodeName = cfg.NodeName
 	tp, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)

@@ -27,6 +27,13 @@ func certDir(cfg Config) string {
 	return filepath.Join(os.TempDir(), "vkubelet-"+cfg.NodeName, "pki")
 }
 
+// OwnIdentity reports whether the node authenticates as itself
+// (system:node:<name>), through a bootstrap credential: its client may then read
+// only its own pods and the objects they reference.
+func (c Config) OwnIdentity() bool {
+	return c.BootstrapKubeconfig != "" || c.BootstrapRESTConfig != nil
+}
+
 // clientConfig is the credential the node uses towards the API server: its own
 // client certificate when a bootstrap credential is configured (obtained within
 // ctx, renewed until certCtx ends), else RESTConfig, else Kubeconfig (or the

@@ -28,22 +28,26 @@ import (
 // Shared is what the nodes of one process share instead of each making its own:
 // the API client (one connection pool, one rate limiter, so --kube-api-qps and
 // --kube-api-burst bound the process, not each node), the Event broadcaster, the
-// pod watch (pod.Source) and the Node watch (node.Watch). internal/fleet makes one for a NodeSet whose nodes
-// use one credential. Nodes with identities of their own (a bootstrap
-// credential) cannot share a client, and each keeps its own machinery.
+// pod watch (pod.Source), the Node watch (node.Watch), the caches of the objects
+// pods reference (resolve.Caches), the timer of the pod queues' delayed adds
+// (queuetimer), the kubelet API's authenticator and authorizer, and the
+// metrics: the process's, and the nodes' pod controllers' and kubelet APIs'
+// summed over them (a thousand nodes' series each would cost more than the
+// nodes). internal/fleet makes one for a NodeSet whose nodes use one
+// credential. Nodes with identities of their own (Config.OwnIdentity) cannot
+// share a client, and each keeps its own machinery.
 type Shared struct {
-	client      kubernetes.Interface
-	apiRequests *prometheus.CounterVec
-	events      record.EventBroadcaster
-	pods        *pod.Source
-	nodes       *node.Watch
-	caches      *resolve.Caches
-	timer       *queuetimer.Timer
+	client kubernetes.Interface
+	events record.EventBroadcaster
+	pods   *pod.Source
+	nodes  *node.Watch
+	caches *resolve.Caches
+	timer  *queuetimer.Timer
 	// The nodes' pod controller and kubelet API metrics, summed over them.
 	podMetrics *pod.Metrics
 	apiMetrics *kubeletapi.Metrics
-	// registry holds the process's metrics (processMetrics), gathered with
-	// each node's own.
+	// registry holds every metric: the process's (processMetrics) and the
+	// nodes' summed; each node's kubelet port serves it.
 	registry *prometheus.Registry
 
 	// ctx ends when Run returns: what the shared machinery starts on demand
@@ -60,7 +64,7 @@ type Shared struct {
 // NewShared builds the shared machinery of nodes configured from base (its
 // credential, client settings and resync period); nothing runs until Run.
 func NewShared(ctx context.Context, base Config) (*Shared, error) {
-	if base.BootstrapKubeconfig != "" || base.BootstrapRESTConfig != nil {
+	if base.OwnIdentity() {
 		return nil, errors.New("nodes with identities of their own (a bootstrap credential) cannot share a client")
 	}
 	// client-go takes its metrics before its first request, and the shared
@@ -100,7 +104,7 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	return &Shared{ctx: runCtx, stop: stop, client: client, apiRequests: apiRequests, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
+	return &Shared{ctx: runCtx, stop: stop, client: client, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
 		caches: resolve.NewCaches(client), timer: queuetimer.New(nil), registry: registry,
 		podMetrics: podMetrics, apiMetrics: kubeletMetrics}, nil
 }
@@ -147,14 +151,14 @@ func (s *Shared) recorder(node string) record.EventRecorder {
 
 // checkShared refuses a node configuration that cannot use shared machinery.
 func checkShared(cfg Config) error {
-	if cfg.BootstrapKubeconfig != "" || cfg.BootstrapRESTConfig != nil {
+	if cfg.OwnIdentity() {
 		return fmt.Errorf("node %s: a node with an identity of its own cannot use the process's shared client", cfg.NodeName)
 	}
 	return nil
 }
 
-// ServeDebug serves the process's metrics (not the nodes': each node's are on
-// its kubelet port) and profiles on addr, a loopback address, until ctx ends:
+// ServeDebug serves the metrics (those each node's kubelet port serves too) and
+// the process's profiles on addr, a loopback address, until ctx ends:
 // --metrics-addr of a NodeSet, for local debugging and vkubelet bench.
 func (s *Shared) ServeDebug(ctx context.Context, addr string) error {
 	if err := checkLoopback(addr); err != nil {

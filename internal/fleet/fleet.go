@@ -107,7 +107,7 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg, members: map[string]*member{}}
 	base := cfg.Base
-	if agents && !cfg.SingleNode && base.BootstrapKubeconfig == "" && base.BootstrapRESTConfig == nil {
+	if agents && !cfg.SingleNode && !base.OwnIdentity() {
 		ctx, cancel := context.WithCancel(context.Background())
 		shared, err := agent.NewShared(ctx, base)
 		if err != nil {
@@ -243,7 +243,7 @@ func (f *Fleet) NodeConfig(n nodeconfig.Node) agent.Config {
 		dir = filepath.Join(c.CertDir, n.Name)
 	}
 	c.CertDir = dir
-	if c.BootstrapKubeconfig != "" || c.BootstrapRESTConfig != nil {
+	if c.OwnIdentity() {
 		// Each node keeps the kubeconfig of its own identity.
 		c.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	}
