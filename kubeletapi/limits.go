@@ -62,10 +62,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if over {
-			c.Close()
+			// Counted before the close, so that whoever sees the connection
+			// closed also sees it counted.
 			if l.onRefused != nil {
 				l.onRefused(ip)
 			}
+			c.Close()
 			continue
 		}
 		return &countedConn{Conn: c, release: func() { l.release(ip) }}, nil
