@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/pprof"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,15 +17,22 @@ import (
 // /metrics, nodes/proxy for the others, as the kubelet maps them).
 
 // nodeRoutes adds the agent's own routes to mux.
-func (s *Server) nodeRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /runningpods/", s.runningPods)
+func nodeRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /runningpods/", bound((*Server).runningPods))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	mux.HandleFunc("GET /readyz", s.readyz)
-	if s.cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /readyz", bound((*Server).readyz))
+	mux.HandleFunc("GET /metrics", bound((*Server).metrics))
+	profileRoutes(mux)
+}
+
+// metrics serves the agent's own metrics (Config.Gatherer); a node without them
+// has no such page.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Gatherer == nil {
+		http.NotFound(w, r)
+		return
 	}
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	metricsHandler(s.cfg.Gatherer).ServeHTTP(w, r)
 }
 
 // readyz answers 200 while Config.Ready says the agent is ready, else 503 with

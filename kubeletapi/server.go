@@ -86,22 +86,10 @@ func NewServer(cfg Config) (*Server, error) {
 	cfg.MaxConnsPerClient = orDefault(cfg.MaxConnsPerClient, DefaultMaxConnsPerClient)
 	cfg.MaxConns = orDefault(cfg.MaxConns, DefaultMaxConns)
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "kubelet-api", "node", cfg.NodeName)}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
-	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc(p, upgradable(s.exec))
-	}
-	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc(p, upgradable(s.attach))
-	}
-	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
-		mux.HandleFunc(p, upgradable(s.portForward))
-	}
-	mux.HandleFunc("GET /stats/summary", s.statsSummary)
-	mux.HandleFunc("GET /metrics/resource", s.metricsResource)
-	mux.HandleFunc("GET /pods", s.pods)
-	s.nodeRoutes(mux)
-	s.handler = s.withAuth(mux)
+	routes := theRoutes()
+	s.handler = s.withAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		routes.ServeHTTP(w, r.WithContext(withServer(r.Context(), s)))
+	}))
 	return s, nil
 }
 
@@ -129,42 +117,21 @@ func orDefault[T time.Duration | int](v, def T) T {
 // Handler is the authenticated, authorized API.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Serve serves HTTPS on l with tlsConfig until ctx ends. Client certificates are
-// requested but not required, so bearer tokens work too.
+// Serve serves HTTPS on l with tlsConfig until ctx ends, on a Port of its own.
+// Client certificates are requested but not required, so bearer tokens work too.
 func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config) error {
-	tlsConfig = tlsConfig.Clone()
-	if tlsConfig.ClientAuth == tls.NoClientCert {
-		tlsConfig.ClientAuth = tls.RequestClientCert
+	p := NewPort(PortConfig{ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		MaxHeaderBytes: s.cfg.MaxHeaderBytes, Logger: s.cfg.Logger})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	err := p.Serve(ctx, s, l, tlsConfig)
+	cancel()
+	if runErr := <-done; err == nil {
+		err = runErr
 	}
-	// No ReadTimeout or WriteTimeout: they would cut logs -f and the exec,
-	// attach and port-forward streams, which have their own idle timeout
-	// (StreamIdleTimeout). ReadHeaderTimeout also bounds the TLS handshake.
-	srv := &http.Server{
-		Handler:           s.handler,
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	limited := newLimitListener(l, s.cfg.MaxConnsPerClient, s.cfg.MaxConns, func(remote string) {
-		s.cfg.Metrics.refusedConns.Inc()
-		s.log.Debug("connection refused: too many open", "remote", remote)
-	})
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(limited, "", "") }()
-	s.log.Info("serving the kubelet API", "addr", l.Addr().String())
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-		_ = srv.Close()
-		return nil
-	}
+	return err
 }
 
 // httpError writes err with the status its class calls for.

@@ -2,6 +2,7 @@ package servingcert
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -24,6 +25,20 @@ func TestSelfSignedCoversTheNodeAddresses(t *testing.T) {
 	}
 	if err := leaf.VerifyHostname("10.1.2.3"); err != nil {
 		t.Fatal(err)
+	}
+	// A client that trusts the certificate itself completes a handshake with it
+	// for the node's name: the key matches and the usages allow serving.
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "vk", Roots: roots}); err != nil {
+		t.Fatal(err)
+	}
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	go func() { _ = tls.Server(server, cfg).Handshake() }()
+	if err := tls.Client(client, &tls.Config{RootCAs: roots, ServerName: "vk"}).Handshake(); err != nil {
+		t.Fatalf("handshake with the self-signed certificate: %v", err)
 	}
 }
 

@@ -411,6 +411,9 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 		return err
 	}
 	close(n.apiReady)
+	if n.cfg.Shared != nil {
+		return n.cfg.Shared.port.Serve(ctx, srv, n.kubeletListener, tlsCfg)
+	}
 	return srv.Serve(ctx, n.kubeletListener, tlsCfg)
 }
 

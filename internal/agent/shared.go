@@ -30,7 +30,8 @@ import (
 // --kube-api-burst bound the process, not each node), the Event broadcaster, the
 // pod watch (pod.Source), the Node watch (node.Watch), the caches of the objects
 // pods reference (resolve.Caches), the timer of the pod queues' delayed adds
-// (queuetimer), the kubelet API's authenticator and authorizer, and the
+// (queuetimer), the kubelet API's HTTP server (kubeletapi.Port), its
+// authenticator and authorizer, and the
 // metrics: the process's, and the nodes' pod controllers' and kubelet APIs'
 // summed over them (a thousand nodes' series each would cost more than the
 // nodes). internal/fleet makes one for a NodeSet whose nodes use one
@@ -43,6 +44,9 @@ type Shared struct {
 	nodes  *node.Watch
 	caches *resolve.Caches
 	timer  *queuetimer.Timer
+	// port serves the nodes' kubelet APIs: one HTTP server, each node on its
+	// own socket.
+	port *kubeletapi.Port
 	// The nodes' pod controller and kubelet API metrics, summed over them.
 	podMetrics *pod.Metrics
 	apiMetrics *kubeletapi.Metrics
@@ -106,16 +110,19 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	runCtx, stop := context.WithCancel(context.Background())
 	return &Shared{ctx: runCtx, stop: stop, client: client, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
 		caches: resolve.NewCaches(client), timer: queuetimer.New(nil), registry: registry,
+		port:       kubeletapi.NewPort(kubeletapi.PortConfig{Logger: base.Logger}),
 		podMetrics: podMetrics, apiMetrics: kubeletMetrics}, nil
 }
 
-// Run writes the nodes' Events and watches their pods and Nodes until ctx ends.
+// Run writes the nodes' Events, watches their pods and Nodes and serves their
+// kubelet APIs until ctx ends.
 func (s *Shared) Run(ctx context.Context) {
 	defer s.stop()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.events.Shutdown()
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context){s.nodes.Run, s.timer.Run} {
+	runPort := func(ctx context.Context) { _ = s.port.Run(ctx) }
+	for _, run := range []func(context.Context){s.nodes.Run, s.timer.Run, runPort} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

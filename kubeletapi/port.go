@@ -1,0 +1,248 @@
+package kubeletapi
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Port serves the kubelet API of one or more nodes with one HTTP server: one
+// set of timeouts and one connection-serving loop, and the TLS configuration of
+// whichever node a connection is for. Each node accepts on its own socket
+// (Serve), so that its endpoint — the address and port the node advertises —
+// says which node a request is for, for the node-level paths (/stats/summary,
+// /metrics/resource, /pods) as much as for a pod's. A thousand nodes of one
+// process share one Port; a node alone has its own (Server.Serve).
+type Port struct {
+	cfg   PortConfig
+	srv   *http.Server
+	conns chan *nodeConn
+	// closed is closed once Run has ended: no connection is handed over after
+	// it, and the nodes' sockets close (stopped is cancelled with it).
+	closed    chan struct{}
+	closeOnce sync.Once
+	stopped   context.Context
+	stop      context.CancelFunc
+}
+
+// PortConfig holds the limits that apply to every connection of a Port; zero
+// takes the Default… of each (limits.go).
+type PortConfig struct {
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	Logger            *slog.Logger
+}
+
+// NewPort returns a port that serves nothing until Run.
+func NewPort(cfg PortConfig) *Port {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.ReadHeaderTimeout = orDefault(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, DefaultIdleTimeout)
+	cfg.MaxHeaderBytes = orDefault(cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	p := &Port{cfg: cfg, conns: make(chan *nodeConn), closed: make(chan struct{})}
+	p.stopped, p.stop = context.WithCancel(context.Background())
+	// No ReadTimeout or WriteTimeout: they would cut logs -f and the exec,
+	// attach and port-forward streams, which have their own idle timeout
+	// (StreamIdleTimeout). ReadHeaderTimeout also bounds the TLS handshake.
+	p.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			serverOf(r.Context()).handler.ServeHTTP(w, r)
+		}),
+		TLSConfig: &tls.Config{GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if nc, ok := hello.Conn.(*nodeConn); ok {
+				return nc.node.tls, nil
+			}
+			return nil, errors.New("a connection that came through no node's socket")
+		}},
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*tls.Conn); ok {
+				if nc, ok := tc.NetConn().(*nodeConn); ok {
+					return withServer(ctx, nc.node.server)
+				}
+			}
+			return ctx
+		},
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "kubelet-api").Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+// Run serves the connections the nodes accept until ctx ends, then closes them.
+func (p *Port) Run(ctx context.Context) error {
+	p.srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	errc := make(chan error, 1)
+	go func() { errc <- p.srv.ServeTLS(portListener{p}, "", "") }()
+	select {
+	case err := <-errc:
+		p.close()
+		return err
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.srv.Shutdown(shutdownCtx)
+		_ = p.srv.Close()
+		<-errc
+		p.close()
+		return nil
+	}
+}
+
+// close tells the nodes' sockets that the port serves no more.
+func (p *Port) close() {
+	p.closeOnce.Do(func() { close(p.closed) })
+	p.stop()
+}
+
+// Serve accepts s's connections on l and has the port serve them with
+// tlsConfig (client certificates requested but not required, so bearer tokens
+// work too), until ctx ends; then it closes l and s's connections, streams
+// included. s's limits on connections (MaxConnsPerClient, MaxConns) apply to
+// l alone.
+func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, tlsConfig *tls.Config) error {
+	tlsConfig = tlsConfig.Clone()
+	if tlsConfig.ClientAuth == tls.NoClientCert {
+		tlsConfig.ClientAuth = tls.RequestClientCert
+	}
+	if len(tlsConfig.NextProtos) == 0 {
+		tlsConfig.NextProtos = []string{"h2", "http/1.1"}
+	}
+	ep := &endpoint{server: s, tls: tlsConfig, open: map[*nodeConn]struct{}{}}
+	limited := newLimitListener(l, s.cfg.MaxConnsPerClient, s.cfg.MaxConns, func(remote string) {
+		s.cfg.Metrics.refusedConns.Inc()
+		s.log.Debug("connection refused: too many open", "remote", remote)
+	})
+	// Closing the socket ends Accept below; no goroutine waits for it.
+	closeSocket := func() { _ = l.Close() }
+	defer context.AfterFunc(ctx, closeSocket)()
+	defer context.AfterFunc(p.stopped, closeSocket)()
+	defer ep.closeAll()
+	s.log.Info("serving the kubelet API", "addr", l.Addr().String())
+	var backoff time.Duration
+	for {
+		c, err := limited.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if p.stopped.Err() != nil {
+				return errors.New("kubelet API: the port serving the node stopped")
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("kubelet API socket closed: %w", err)
+			}
+			// Out of file descriptors and the like: wait and retry, as
+			// net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accepting a connection", "error", err, "retry in", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		backoff = 0
+		nc := ep.add(c)
+		select {
+		case p.conns <- nc:
+		case <-ctx.Done():
+			nc.Close()
+			return nil
+		case <-p.closed:
+			nc.Close()
+			return errors.New("kubelet API: the port serving the node stopped")
+		}
+	}
+}
+
+// endpoint is one node's part of a port: its Server, TLS configuration and
+// open connections.
+type endpoint struct {
+	server *Server
+	tls    *tls.Config
+
+	mu   sync.Mutex
+	open map[*nodeConn]struct{}
+	done bool
+}
+
+func (e *endpoint) add(c net.Conn) *nodeConn {
+	nc := &nodeConn{Conn: c, node: e}
+	e.mu.Lock()
+	done := e.done
+	if !done {
+		e.open[nc] = struct{}{}
+	}
+	e.mu.Unlock()
+	if done {
+		_ = c.Close()
+	}
+	return nc
+}
+
+func (e *endpoint) forget(nc *nodeConn) {
+	e.mu.Lock()
+	delete(e.open, nc)
+	e.mu.Unlock()
+}
+
+// closeAll closes the node's connections, and those it accepts after.
+func (e *endpoint) closeAll() {
+	e.mu.Lock()
+	e.done = true
+	open := e.open
+	e.open = nil
+	e.mu.Unlock()
+	for nc := range open {
+		_ = nc.Conn.Close()
+	}
+}
+
+// nodeConn is a connection accepted on a node's socket.
+type nodeConn struct {
+	net.Conn
+	node *endpoint
+}
+
+func (c *nodeConn) Close() error {
+	err := c.Conn.Close()
+	c.node.forget(c)
+	return err
+}
+
+// portListener hands the HTTP server the connections the nodes accepted.
+type portListener struct{ p *Port }
+
+func (l portListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.p.conns:
+		return c, nil
+	case <-l.p.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l portListener) Close() error {
+	l.p.close()
+	return nil
+}
+
+func (l portListener) Addr() net.Addr { return portAddr{} }
+
+// portAddr stands for the nodes' sockets, which have addresses of their own.
+type portAddr struct{}
+
+func (portAddr) Network() string { return "tcp" }
+func (portAddr) String() string  { return "kubelet API sockets of the nodes" }
