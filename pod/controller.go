@@ -246,11 +246,18 @@ func (c *Controller) newQueue(name string) workqueue.TypedRateLimitingInterface[
 		MetricsProvider: c.metrics.queueMetrics(),
 		Clock:           c.clock,
 	}
+	if c.metrics.nodes {
+		cfg.Name = "" // without client-go's metrics: countedQueue counts it
+	}
 	if c.timer != nil {
 		cfg.DelayingQueue = c.timer.Queue(workqueue.TypedQueueConfig[string]{
-			Name: name, MetricsProvider: cfg.MetricsProvider, Clock: c.clock})
+			Name: cfg.Name, MetricsProvider: cfg.MetricsProvider, Clock: c.clock})
 	}
-	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg)
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg)
+	if c.metrics.nodes {
+		return c.metrics.countedQueueOf(name, q)
+	}
+	return q
 }
 
 // Ready is closed once the informer has synced and the start-up reconcile with the
@@ -288,13 +295,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	go c.dispatch(ctx, c.syncQueue, c.syncHandler, c.workers)
 	go c.dispatch(ctx, c.deleteQueue, c.deleteHandler, c.workers)
-	go c.dispatch(ctx, c.statusQueue, c.statusHandler, c.statusWorkers)
 	if c.notifier == nil {
 		go c.pollStatuses(ctx)
 	}
 	close(c.ready)
 	c.log.Info("pod controller started", "workers", c.workers, "statusWorkers", c.statusWorkers, "notifier", c.notifier != nil)
-	<-ctx.Done()
+	// The status queue's dispatcher runs here, in Run's goroutine, until ctx
+	// ends and shuts the queue down: one goroutine fewer per node.
+	defer context.AfterFunc(ctx, c.statusQueue.ShutDown)()
+	c.dispatch(ctx, c.statusQueue, c.statusHandler, c.statusWorkers)
 	return nil
 }
 
@@ -322,7 +331,12 @@ func (c *Controller) dispatch(ctx context.Context, q workqueue.TypedRateLimiting
 // back-off if it fails.
 func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error, key string) {
 	defer q.Done(key)
-	if err := handler(ctx, key); err != nil {
+	start := c.clock.Now()
+	err := handler(ctx, key)
+	if o, ok := q.(workObserver); ok {
+		o.observeWork(c.clock.Since(start))
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("sync failed; will retry", "pod", key, "error", err, "retries", q.NumRequeues(key))
 		}

@@ -22,19 +22,20 @@ type Metrics struct {
 	queueLongestRunning *prometheus.GaugeVec
 	queueRetries        *prometheus.CounterVec
 
-	// nodes says several nodes' controllers share the metrics (NewNodesMetrics).
-	nodes bool
+	// nodes says several nodes' controllers share the metrics (NewNodesMetrics);
+	// their queues are counted by countedQueue and their depths by depths.
+	nodes  bool
+	depths *queueDepths
 }
 
 // NewNodesMetrics creates the metrics shared by the pod controllers of a
 // process's nodes, unregistered: counts and histograms sum over the nodes, and
-// the queues' depth gauges too. The queues' unfinished-work and longest-running
-// gauges are not kept, since each queue sets them to its own figure and the
-// last would hide the others; a thousand nodes' series each would cost more
-// than the nodes themselves.
+// the queues' depths too (a thousand nodes' series each would cost more than
+// the nodes themselves). The queues' unfinished-work, longest-running and
+// time-in-queue figures are not kept (see countedQueue).
 func NewNodesMetrics() *Metrics {
 	m := NewMetrics()
-	m.nodes = true
+	m.nodes, m.depths = true, newQueueDepths()
 	return m
 }
 
@@ -85,10 +86,13 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{
-		m.providerCalls, m.providerLatency, m.apiWrites, m.queueDepth, m.queueAdds, m.queueLatency,
-		m.queueWorkDuration, m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
-	} {
+	collectors := []prometheus.Collector{m.providerCalls, m.providerLatency, m.apiWrites, m.queueAdds, m.queueWorkDuration, m.queueRetries}
+	if m.nodes {
+		collectors = append(collectors, m.depths)
+	} else {
+		collectors = append(collectors, m.queueDepth, m.queueLatency, m.queueUnfinished, m.queueLongestRunning)
+	}
+	for _, c := range collectors {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -142,23 +146,12 @@ func (p queueMetricsProvider) NewWorkDurationMetric(name string) workqueue.Histo
 }
 
 func (p queueMetricsProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	if p.m.nodes {
-		return noGauge{}
-	}
 	return p.m.queueUnfinished.WithLabelValues(name)
 }
 
 func (p queueMetricsProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	if p.m.nodes {
-		return noGauge{}
-	}
 	return p.m.queueLongestRunning.WithLabelValues(name)
 }
-
-// noGauge is a gauge nothing reads.
-type noGauge struct{}
-
-func (noGauge) Set(float64) {}
 
 func (p queueMetricsProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return p.m.queueRetries.WithLabelValues(name)
