@@ -171,7 +171,7 @@ type Controller struct {
 	// ConfigureNode, and the status it reported since.
 	desired *corev1.Node
 	// written is the status we last wrote, to remove resources no longer reported.
-	written *corev1.NodeStatus
+	written writtenResources
 	// nodeUID is the UID of the Node as we last saw it: the lease's owner.
 	nodeUID types.UID
 	// lease is the lease as we last wrote it; nil means "read it first".
@@ -417,7 +417,7 @@ func (c *Controller) writeNode(ctx context.Context) error {
 			return fmt.Errorf("node %s: registering: %w", name, err)
 		}
 		c.nodeUID = created.UID
-		c.written = c.desired.Status.DeepCopy()
+		c.written = writtenOf(&c.desired.Status)
 		c.log.Info("registered node", "uid", created.UID)
 		return nil
 	}
@@ -438,7 +438,7 @@ func (c *Controller) writeNode(ctx context.Context) error {
 	if _, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("node %s: patching status: %w", name, err)
 	}
-	c.written = c.desired.Status.DeepCopy()
+	c.written = writtenOf(&c.desired.Status)
 	return nil
 }
 

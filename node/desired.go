@@ -268,20 +268,16 @@ func metadataPatch(current, desired *corev1.Node, dropProviderTaint bool) ([]byt
 // before, in written, and no longer report are removed), addresses (replaced whole:
 // their merge key, type, is not unique), daemonEndpoints and nodeInfo. current is
 // the node as last read, for the transition times of the conditions; written may be nil.
-func statusPatch(current *corev1.Node, written, desired *corev1.NodeStatus, now time.Time) ([]byte, error) {
+func statusPatch(current *corev1.Node, written writtenResources, desired *corev1.NodeStatus, now time.Time) ([]byte, error) {
 	status := map[string]any{
 		"conditions":      conditionsAt(current.Status.Conditions, desired.Conditions, now),
 		"daemonEndpoints": desired.DaemonEndpoints,
 		"nodeInfo":        desired.NodeInfo,
 	}
-	var prevCapacity, prevAllocatable corev1.ResourceList
-	if written != nil {
-		prevCapacity, prevAllocatable = written.Capacity, written.Allocatable
-	}
-	if r := resourcesPatch(prevCapacity, desired.Capacity); len(r) > 0 {
+	if r := resourcesPatch(written.capacity, desired.Capacity); len(r) > 0 {
 		status["capacity"] = r
 	}
-	if r := resourcesPatch(prevAllocatable, desired.Allocatable); len(r) > 0 {
+	if r := resourcesPatch(written.allocatable, desired.Allocatable); len(r) > 0 {
 		status["allocatable"] = r
 	}
 	addresses := []any{map[string]string{"$patch": "replace"}}
@@ -296,11 +292,29 @@ func statusPatch(current *corev1.Node, written, desired *corev1.NodeStatus, now 
 	return b, nil
 }
 
+// writtenResources names the resources of the status last written: all that a
+// later patch needs of it, to delete those no longer reported (a node keeps
+// names, not a copy of its whole status).
+type writtenResources struct {
+	capacity, allocatable []corev1.ResourceName
+}
+
+func writtenOf(s *corev1.NodeStatus) writtenResources {
+	names := func(l corev1.ResourceList) []corev1.ResourceName {
+		out := make([]corev1.ResourceName, 0, len(l))
+		for name := range l {
+			out = append(out, name)
+		}
+		return out
+	}
+	return writtenResources{capacity: names(s.Capacity), allocatable: names(s.Allocatable)}
+}
+
 // resourcesPatch sets every resource of want and nulls (deletes) those of prev that
 // want no longer has.
-func resourcesPatch(prev, want corev1.ResourceList) map[corev1.ResourceName]any {
+func resourcesPatch(prev []corev1.ResourceName, want corev1.ResourceList) map[corev1.ResourceName]any {
 	out := map[corev1.ResourceName]any{}
-	for name := range prev {
+	for _, name := range prev {
 		if _, ok := want[name]; !ok {
 			out[name] = nil
 		}

@@ -51,7 +51,6 @@ func (p *Provider) ConfigureNode(ctx context.Context, node *corev1.Node) {
 			}
 		}
 	}
-	p.node = node.DeepCopy()
 }
 
 func (p *Provider) configureLocked(node *corev1.Node) {
@@ -87,17 +86,14 @@ func (p *Provider) SetCapacity(resources corev1.ResourceList) {
 	for name, q := range resources {
 		p.capacity[name] = q.DeepCopy()
 	}
-	node := p.node
-	if node == nil {
-		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.nodeName}}
-	}
-	node = node.DeepCopy()
+	// The node controller takes a reported node's status: a node with what the
+	// mock configures is enough, and the mock keeps no copy of the whole Node.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.nodeName}}
 	p.configureLocked(node)
-	p.node = node
 	notify := p.notifyNode
 	p.mu.Unlock()
 	if notify != nil {
-		notify(node.DeepCopy())
+		notify(node)
 	}
 }
 

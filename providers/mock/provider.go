@@ -71,7 +71,6 @@ type Provider struct {
 	hostIP       string                     // given by WithHostIP, else the node's InternalIP
 	hostIPFixed  bool                       // hostIP came from WithHostIP: ConfigureNode leaves it
 	capacity     corev1.ResourceList        // the node's capacity and allocatable
-	node         *corev1.Node               // the node as last configured: base of node notifications
 	notifyNode   func(*corev1.Node)         // from NotifyNodeStatus
 	pingErr      error                      // what Ping returns (SetPingError)
 	sched        *scheduler                 // delivers pod notifications while NotifyPods' ctx lives
