@@ -661,10 +661,12 @@ func TestANodeMarkedNotReadyBySomeoneElseIsPutRightAtOnce(t *testing.T) {
 			n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
 		}
 	}
+	// Cleared before the update: the controller may answer it before
+	// UpdateStatus returns here.
+	f.client.ClearActions()
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.client.ClearActions()
 	f.waitForAction("status patch after the node was marked not Ready", isStatusPatch)
 	if ready := condition(f.node(), corev1.NodeReady); ready.Status != corev1.ConditionTrue {
 		t.Errorf("Ready = %+v, want True again", ready)
