@@ -3,6 +3,7 @@ package mock
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -31,6 +32,9 @@ func TestConcurrentUse(t *testing.T) {
 				cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
 			}
 			p, clk := newTestProvider(t, cfg)
+			// The clock below runs hours ahead; the counts read at the end
+			// must outlive their pods for as long.
+			p.countsKept = math.MaxInt64
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 

@@ -57,7 +57,9 @@
 // With Config.StateFile, the pods (with their timestamps), the pod IP counter and the
 // CreateCount and DeleteCalls counts are written to that file, replaced atomically by
 // rename, before every change returns; New reads it back, so a process killed and
-// restarted finds its pods where the clock says they should be.
+// restarted finds its pods where the clock says they should be. The counts of a pod
+// are kept 10 minutes after it stopped, then forgotten, so that a mock node under
+// churn does not keep a count of every pod it ever ran.
 //
 // # Node, stats and streams
 //

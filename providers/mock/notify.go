@@ -159,9 +159,7 @@ func (p *Provider) deliverLocked(ev event, now time.Time) *corev1.Pod {
 		return nil
 	}
 	if rec.goneAt(now) {
-		delete(p.pods, ev.key)
-		delete(p.resolved, ev.key)
-		p.version++
+		p.dropLocked(rec, now)
 		p.log.Debug("pod stopped", "pod", ev.key, "uid", ev.uid)
 		return rec.terminatedPod()
 	}

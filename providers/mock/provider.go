@@ -79,6 +79,10 @@ type Provider struct {
 	cpuSampledAt time.Time                  // when cpuCoreNanos was last brought up to date
 	resolved     map[string]*keptResolution // last resolution by namespace/name (not persisted)
 	volumeCalls  map[string]int             // UpdatePodVolumes calls by namespace/name
+	// gone lists the pods dropped, oldest first, so that their counts above
+	// are forgotten countsKept after (forgetGoneLocked).
+	gone       []gonePod
+	countsKept time.Duration
 
 	// saveMu serialises writes of the StateFile; savedVersion is the version on disk.
 	saveMu       sync.Mutex
@@ -133,6 +137,7 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		updateCalls:  map[types.UID]int{},
 		resolved:     map[string]*keptResolution{},
 		volumeCalls:  map[string]int{},
+		countsKept:   countsKept,
 		hostIP:       defaultHostIP,
 		capacity:     capacity,
 	}
@@ -224,6 +229,52 @@ func (r *podRecord) podAt(now time.Time) *corev1.Pod {
 
 func podKey(namespace, name string) string { return namespace + "/" + name }
 
+// countsKept is how long the call counts of a pod (CreateCount, DeleteCalls,
+// UpdateCalls, VolumeUpdateCalls) outlive it: long enough for a test to see a
+// pod created again after it stopped, and bounded, as a mock node that runs
+// for weeks under churn would otherwise keep counts of every pod it ever ran.
+const countsKept = 10 * time.Minute
+
+// gonePod is a pod dropped from memory at a time.
+type gonePod struct {
+	uid types.UID
+	key string
+	at  time.Time
+}
+
+// dropLocked forgets rec, a stopped pod, and the counts of pods gone more than
+// countsKept before now.
+func (p *Provider) dropLocked(rec *podRecord, now time.Time) {
+	key := rec.key()
+	delete(p.pods, key)
+	delete(p.resolved, key)
+	p.version++
+	p.gone = append(p.gone, gonePod{uid: rec.uid, key: key, at: now})
+	p.forgetGoneLocked(now)
+}
+
+// forgetGoneLocked removes the counts of the pods gone more than countsKept
+// before now, unless the pod runs again (the same UID created anew).
+func (p *Provider) forgetGoneLocked(now time.Time) {
+	n := 0
+	for _, g := range p.gone {
+		if now.Sub(g.at) < p.countsKept {
+			break
+		}
+		n++
+		if rec := p.pods[g.key]; rec != nil && rec.uid == g.uid {
+			continue
+		}
+		delete(p.createCounts, g.uid)
+		delete(p.deleteCalls, g.uid)
+		delete(p.updateCalls, g.uid)
+		if p.pods[g.key] == nil {
+			delete(p.volumeCalls, g.key)
+		}
+	}
+	p.gone = p.gone[n:] // the array is given back as append outgrows it
+}
+
 func notFound(namespace, name string) error {
 	return errdefs.NotFound("mock: pod %s/%s not found", namespace, name)
 }
@@ -238,9 +289,7 @@ func (p *Provider) lookupLocked(key string, now time.Time) *podRecord {
 	}
 	if rec.goneAt(now) {
 		if p.sched == nil {
-			delete(p.pods, key)
-			delete(p.resolved, key)
-			p.version++
+			p.dropLocked(rec, now)
 		}
 		return nil
 	}
@@ -488,7 +537,8 @@ func (p *Provider) snapshot() (time.Time, []*podRecord) {
 
 // CreateCount returns how many times a pod with this UID was actually created, not
 // counting idempotent repeats. It is kept in the StateFile, so a test can tell whether
-// a restarted controller created a pod twice. It is meant for tests.
+// a restarted controller created a pod twice. It is meant for tests. This and the
+// other call counts are forgotten 10 minutes after the pod stopped (countsKept).
 func (p *Provider) CreateCount(uid types.UID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

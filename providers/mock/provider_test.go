@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -464,5 +465,45 @@ func TestHostIP(t *testing.T) {
 	}
 	if s := mustStatus(t, p, "web"); s.HostIP != "172.16.0.9" {
 		t.Errorf("hostIP %s, want WithHostIP's", s.HostIP)
+	}
+}
+
+// The call counts of a pod outlive it by countsKept, then are forgotten: a mock
+// node under churn keeps no count of every pod it ever ran.
+func TestCountsOfAStoppedPodAreForgottenLater(t *testing.T) {
+	p, clk := newTestProvider(t, Config{})
+	ctx := context.Background()
+	run := func(name string, uid types.UID) {
+		t.Helper()
+		pod := testPod(name, uid)
+		if err := p.CreatePod(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		deleting := pod.DeepCopy()
+		deleting.DeletionTimestamp = ptr.To(metav1.NewTime(clk.Now()))
+		deleting.DeletionGracePeriodSeconds = ptr.To[int64](0)
+		if err := p.DeletePod(ctx, deleting); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.GetPod(ctx, "default", name); err == nil { // drops it
+			t.Fatalf("pod %s still there after a delete with grace 0", name)
+		}
+	}
+	run("first", "uid-1")
+	if n, d := p.CreateCount("uid-1"), p.DeleteCalls("uid-1"); n != 1 || d != 1 {
+		t.Fatalf("just stopped: CreateCount %d, DeleteCalls %d; want 1 and 1", n, d)
+	}
+	clk.Step(countsKept - time.Second)
+	run("second", "uid-2")
+	if n := p.CreateCount("uid-1"); n != 1 {
+		t.Errorf("within countsKept: CreateCount %d, want 1", n)
+	}
+	clk.Step(2 * time.Second)
+	run("third", "uid-3")
+	if n, d := p.CreateCount("uid-1"), p.DeleteCalls("uid-1"); n != 0 || d != 0 {
+		t.Errorf("after countsKept: CreateCount %d, DeleteCalls %d; want them forgotten", n, d)
+	}
+	if n := p.CreateCount("uid-2"); n != 1 {
+		t.Errorf("the second pod's count went with the first's: %d", n)
 	}
 }

@@ -154,6 +154,20 @@ func (p *Provider) load() error {
 	for uid, n := range st.DeleteCalls {
 		p.deleteCalls[uid] = n
 	}
+	// The counts of pods not running any more are forgotten countsKept from now
+	// (the file does not say when each pod went).
+	live := map[types.UID]bool{}
+	for _, rec := range p.pods {
+		live[rec.uid] = true
+	}
+	for _, counts := range []map[types.UID]int{p.createCounts, p.deleteCalls} {
+		for uid := range counts {
+			if !live[uid] {
+				live[uid] = true // once
+				p.gone = append(p.gone, gonePod{uid: uid, at: now})
+			}
+		}
+	}
 	p.savedVersion = p.version
 	p.log.Info("loaded state", "file", p.cfg.StateFile, "pods", len(p.pods))
 	return nil
