@@ -275,7 +275,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.notifier != nil {
 		c.notifier.NotifyPods(ctx, c.handleProviderPod)
 	}
-	go c.resolver.Run(ctx)
+	c.resolver.Start(ctx)
 	if c.source != nil {
 		unregister, err := c.source.register(c.nodeName, c.podEvents)
 		if err != nil {

@@ -94,7 +94,7 @@ func (f *fixture) startWith(prov provider.PodLifecycleHandler) {
 	f.ctx = ctx
 	c.informers.Start(ctx.Done())
 	c.informers.WaitForCacheSync(ctx.Done())
-	go c.resolver.Run(ctx)
+	c.resolver.Start(ctx) // as Controller.Run does
 	f.c = c
 }
 
