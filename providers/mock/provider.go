@@ -431,6 +431,8 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	now := p.clock.Now()
 	old := p.lookupLocked(key, now)
 	if old == nil || old.uid != pod.UID {
+		// A pod the mock does not run: its count goes like a stopped pod's.
+		p.gone = append(p.gone, gonePod{uid: pod.UID, key: key, at: now})
 		p.mu.Unlock()
 		// The count above still needs saving.
 		if err := p.save(); err != nil {

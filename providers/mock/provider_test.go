@@ -490,6 +490,10 @@ func TestCountsOfAStoppedPodAreForgottenLater(t *testing.T) {
 		}
 	}
 	run("first", "uid-1")
+	// A delete of a pod the mock never ran is counted, and forgotten the same way.
+	if err := p.DeletePod(ctx, testPod("never", "uid-0")); err == nil {
+		t.Fatal("DeletePod of an unknown pod succeeded")
+	}
 	if n, d := p.CreateCount("uid-1"), p.DeleteCalls("uid-1"); n != 1 || d != 1 {
 		t.Fatalf("just stopped: CreateCount %d, DeleteCalls %d; want 1 and 1", n, d)
 	}
@@ -502,6 +506,9 @@ func TestCountsOfAStoppedPodAreForgottenLater(t *testing.T) {
 	run("third", "uid-3")
 	if n, d := p.CreateCount("uid-1"), p.DeleteCalls("uid-1"); n != 0 || d != 0 {
 		t.Errorf("after countsKept: CreateCount %d, DeleteCalls %d; want them forgotten", n, d)
+	}
+	if d := p.DeleteCalls("uid-0"); d != 0 {
+		t.Errorf("after countsKept: DeleteCalls of the unknown pod %d; want it forgotten", d)
 	}
 	if n := p.CreateCount("uid-2"); n != 1 {
 		t.Errorf("the second pod's count went with the first's: %d", n)
