@@ -122,7 +122,11 @@ func Namespace(t testing.TB) string {
 		}
 	})
 	if sharedCfg.ControllerManager {
-		Eventually(t, 60*time.Second, func() (bool, string) {
+		// Two minutes: after a test restarted the API server, the controller-
+		// manager's watches come back with client-go's back-off, and its
+		// ServiceAccount controller has missed the namespace until then (a CI run
+		// waited more than 60 s).
+		Eventually(t, 2*time.Minute, func() (bool, string) {
 			_, err := c.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
 			return err == nil, fmt.Sprintf("default ServiceAccount in %s: %v", ns.Name, err)
 		})

@@ -179,7 +179,7 @@ func TestEphemeralContainerRunsOnceInThePod(t *testing.T) {
 			// processes (the target's namespace); then it waits for a file
 			// created through exec and exits 3.
 			Command: []string{"/bin/sh", "-c", `echo "i am $WHO"; ip -4 addr show eth0 | grep -o 'inet [0-9.]*'; ` +
-				`wget -qO- http://localhost:8080/index.html; ps -o comm | grep -c httpd; ` +
+				`wget -qO- http://localhost:8080/index.html; ps -o comm | grep -q httpd && echo sees httpd; ` +
 				`until [ -e /tmp/go ]; do sleep 0.1; done; exit 3`},
 		},
 		TargetContainerName: "main",
@@ -190,7 +190,7 @@ func TestEphemeralContainerRunsOnceInThePod(t *testing.T) {
 	waitStatus(t, p, pod, 60*time.Second, "debugger running", func(s *corev1.PodStatus) bool {
 		return len(s.EphemeralContainerStatuses) == 1 && s.EphemeralContainerStatuses[0].State.Running != nil
 	})
-	want := fmt.Sprintf("i am debugger\ninet %s\nhello from busybox\n1\n", st.PodIP)
+	want := fmt.Sprintf("i am debugger\ninet %s\nhello from busybox\nsees httpd\n", st.PodIP)
 	waitFor(t, 20*time.Second, "the debugger's log", func() (bool, string) {
 		rc, err := p.GetContainerLogs(ctx, pod.Namespace, pod.Name, "debugger", provider.ContainerLogOpts{})
 		if err != nil {
