@@ -175,20 +175,14 @@ type endpoint struct {
 
 	mu   sync.Mutex
 	open map[*nodeConn]struct{}
-	done bool
 }
 
+// add tracks c, a connection Serve accepted (before its deferred closeAll).
 func (e *endpoint) add(c net.Conn) *nodeConn {
 	nc := &nodeConn{Conn: c, node: e}
 	e.mu.Lock()
-	done := e.done
-	if !done {
-		e.open[nc] = struct{}{}
-	}
+	e.open[nc] = struct{}{}
 	e.mu.Unlock()
-	if done {
-		_ = c.Close()
-	}
 	return nc
 }
 
@@ -198,10 +192,9 @@ func (e *endpoint) forget(nc *nodeConn) {
 	e.mu.Unlock()
 }
 
-// closeAll closes the node's connections, and those it accepts after.
+// closeAll closes the node's connections.
 func (e *endpoint) closeAll() {
 	e.mu.Lock()
-	e.done = true
 	open := e.open
 	e.open = nil
 	e.mu.Unlock()

@@ -3,7 +3,6 @@ package kubeletapi
 import (
 	"context"
 	"net/http"
-	"net/http/pprof"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,10 +72,4 @@ func metricsHandler(g prometheus.Gatherer) http.Handler {
 	}
 	h, _ := metricsHandlers.LoadOrStore(g, promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return h.(http.Handler)
-}
-
-// profiles serves the process's profiles; registered once with the routes.
-func profileRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 }

@@ -3,6 +3,8 @@ package node
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -300,14 +302,7 @@ type writtenResources struct {
 }
 
 func writtenOf(s *corev1.NodeStatus) writtenResources {
-	names := func(l corev1.ResourceList) []corev1.ResourceName {
-		out := make([]corev1.ResourceName, 0, len(l))
-		for name := range l {
-			out = append(out, name)
-		}
-		return out
-	}
-	return writtenResources{capacity: names(s.Capacity), allocatable: names(s.Allocatable)}
+	return writtenResources{capacity: slices.Collect(maps.Keys(s.Capacity)), allocatable: slices.Collect(maps.Keys(s.Allocatable))}
 }
 
 // resourcesPatch sets every resource of want and nulls (deletes) those of prev that

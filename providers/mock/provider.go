@@ -80,7 +80,7 @@ type Provider struct {
 	resolved     map[string]*keptResolution // last resolution by namespace/name (not persisted)
 	volumeCalls  map[string]int             // UpdatePodVolumes calls by namespace/name
 	// gone lists the pods dropped, oldest first, so that their counts above
-	// are forgotten countsKept after (forgetGoneLocked).
+	// are forgotten countsKept after (goneLocked).
 	gone       []gonePod
 	countsKept time.Duration
 
@@ -249,13 +249,14 @@ func (p *Provider) dropLocked(rec *podRecord, now time.Time) {
 	delete(p.pods, key)
 	delete(p.resolved, key)
 	p.version++
-	p.gone = append(p.gone, gonePod{uid: rec.uid, key: key, at: now})
-	p.forgetGoneLocked(now)
+	p.goneLocked(rec.uid, key, now)
 }
 
-// forgetGoneLocked removes the counts of the pods gone more than countsKept
+// goneLocked notes that the pod uid under key went at now, so that its counts
+// are forgotten countsKept later, and forgets those of pods gone countsKept
 // before now, unless the pod runs again (the same UID created anew).
-func (p *Provider) forgetGoneLocked(now time.Time) {
+func (p *Provider) goneLocked(uid types.UID, key string, now time.Time) {
+	p.gone = append(p.gone, gonePod{uid: uid, key: key, at: now})
 	n := 0
 	for _, g := range p.gone {
 		if now.Sub(g.at) < p.countsKept {
@@ -432,7 +433,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	old := p.lookupLocked(key, now)
 	if old == nil || old.uid != pod.UID {
 		// A pod the mock does not run: its count goes like a stopped pod's.
-		p.gone = append(p.gone, gonePod{uid: pod.UID, key: key, at: now})
+		p.goneLocked(pod.UID, key, now)
 		p.mu.Unlock()
 		// The count above still needs saving.
 		if err := p.save(); err != nil {
