@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +40,17 @@ func serve(t testing.TB, p provider.PodLifecycleHandler, name string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	l, err := net.Listen("unix", filepath.Join(dir, "p.sock"))
+	sock := filepath.Join(dir, "p.sock")
+	serveAt(t, sock, p, name)
+	return "unix://" + sock
+}
+
+// serveAt serves p on a unix socket at sock until stop is called or the test
+// ends. Once stopped, sock may be served again: a provider that restarts.
+func serveAt(t testing.TB, sock string, p provider.PodLifecycleHandler, name string) (stop func()) {
+	t.Helper()
+	_ = os.Remove(sock)
+	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +59,17 @@ func serve(t testing.TB, p provider.PodLifecycleHandler, name string) string {
 	go func() {
 		done <- remote.NewServer(ctx, p, name, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(ctx, l, remote.ServeOptions{})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return "unix://" + filepath.Join(dir, "p.sock")
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serving %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func runConformance(t *testing.T, cfg conformance.Config) {

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,28 +37,7 @@ func serveMock(t *testing.T, sock, stateFile, node string) (*mock.Provider, func
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- remote.NewServer(ctx, p, "mock", slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(ctx, l, remote.ServeOptions{})
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("serving the mock: %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
-	return p, stop
+	return p, serveAt(t, sock, p, "mock")
 }
 
 // A node with --provider remote runs pods in a provider of another process:
