@@ -233,6 +233,13 @@ func (c *Client) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod)
 	return c.send(ctx, rp, c.api.UpdatePodVolumes)
 }
 
+// RunsEphemeralContainers answers for the provider at the other end, from the
+// Capabilities it last announced: asked again whenever it comes back, perhaps as
+// another version, and read by the pod controller at every sync, so a change
+// takes effect without a restart of the agent. An ephemeral container's
+// environment travels in PodRequest.env like any container's.
+func (c *Client) RunsEphemeralContainers() bool { return c.caps().GetEphemeralContainers() }
+
 // GetPod asks the provider for one pod.
 func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	ctx, cancel := c.call(ctx)

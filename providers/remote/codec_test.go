@@ -13,12 +13,14 @@ import (
 	pb "github.com/vkubelet/vkubelet/providers/remote/api/v1alpha1"
 )
 
-// A resolved pod crosses the wire whole, in either encoding.
+// A resolved pod crosses the wire whole, in either encoding: the environment of
+// its ephemeral containers too, keyed by name like any container's.
 func TestAResolvedPodRoundTrips(t *testing.T) {
 	rp := &provider.ResolvedPod{
 		Pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}},
-		Env:             map[string][]corev1.EnvVar{"c": {{Name: "A", Value: "1"}, {Name: "B", Value: "two"}}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+				EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox"}, TargetContainerName: "c"}}}},
+		Env:             map[string][]corev1.EnvVar{"c": {{Name: "A", Value: "1"}, {Name: "B", Value: "two"}}, "debugger": {{Name: "WHO", Value: "resolved"}}},
 		Volumes:         map[string]*provider.VolumeContents{"v": {Files: []provider.VolumeFile{{Path: "d/f", Data: []byte("data"), Mode: 0o600}}}},
 		PullCredentials: []provider.RegistryCredential{{Registry: "r.example", Username: "u", Password: "p", Auth: "dTpw", IdentityToken: "t"}},
 	}

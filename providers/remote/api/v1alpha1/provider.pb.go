@@ -188,9 +188,16 @@ type CapabilitiesResponse struct {
 	Stats          bool `protobuf:"varint,10,opt,name=stats,proto3" json:"stats,omitempty"`
 	Metrics        bool `protobuf:"varint,11,opt,name=metrics,proto3" json:"metrics,omitempty"`
 	// For logs: a name and version of the provider, for the agent's logs.
-	ProviderName  string `protobuf:"bytes,12,opt,name=provider_name,json=providerName,proto3" json:"provider_name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ProviderName string `protobuf:"bytes,12,opt,name=provider_name,json=providerName,proto3" json:"provider_name,omitempty"`
+	// The provider runs ephemeral containers (provider.EphemeralContainerRunner):
+	// the agent then also sends UpdatePod when spec.ephemeralContainers gains an
+	// entry, with the new container's environment in PodRequest.env, and expects
+	// it in status.ephemeralContainerStatuses. Without it the agent sends no such
+	// update and reports each ephemeral container Waiting
+	// (EphemeralContainersNotSupported).
+	EphemeralContainers bool `protobuf:"varint,13,opt,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -305,6 +312,13 @@ func (x *CapabilitiesResponse) GetProviderName() string {
 		return x.ProviderName
 	}
 	return ""
+}
+
+func (x *CapabilitiesResponse) GetEphemeralContainers() bool {
+	if x != nil {
+		return x.EphemeralContainers
+	}
+	return false
 }
 
 type PodRef struct {
@@ -1802,7 +1816,7 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\x05Empty\"]\n" +
 	"\x13CapabilitiesRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12\x1b\n" +
-	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"\xa8\x03\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"\xdb\x03\n" +
 	"\x14CapabilitiesResponse\x12@\n" +
 	"\bencoding\x18\x01 \x01(\x0e2$.vkubelet.provider.v1alpha1.EncodingR\bencoding\x12!\n" +
 	"\fpod_notifier\x18\x02 \x01(\bR\vpodNotifier\x12%\n" +
@@ -1816,7 +1830,8 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\x05stats\x18\n" +
 	" \x01(\bR\x05stats\x12\x18\n" +
 	"\ametrics\x18\v \x01(\bR\ametrics\x12#\n" +
-	"\rprovider_name\x18\f \x01(\tR\fproviderName\":\n" +
+	"\rprovider_name\x18\f \x01(\tR\fproviderName\x121\n" +
+	"\x14ephemeral_containers\x18\r \x01(\bR\x13ephemeralContainers\":\n" +
 	"\x06PodRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xd0\x03\n" +
