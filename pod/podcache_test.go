@@ -54,7 +54,7 @@ func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
 		t.Fatal("two decodes share an object")
 	}
 	// A copy of the cached object (the informer makes them) is equal to it.
-	if c2 := cp.DeepCopyObject().(*cachedPod); c2.key() != cp.key() || string(c2.raw) != string(cp.raw) {
+	if c2 := cp.DeepCopyObject().(*cachedPod); c2.key() != cp.key() || string(c2.packed) != string(cp.packed) {
 		t.Fatal("DeepCopyObject lost the pod")
 	}
 	// Tombstones and anything else pass unchanged.

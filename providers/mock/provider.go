@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/podpack"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -166,14 +167,14 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 // function of these times and the clock (see status.go). Records are never modified
 // once stored in Provider.pods.
 //
-// The pod itself is kept protobuf-encoded, as the pod controller's cache keeps it:
-// the mock stands in for a back end that holds its pods elsewhere, and `vkubelet
-// bench` measures the node agent's memory with it, which a decoded copy per pod
-// (several KiB) would swamp.
+// The pod itself is kept packed (internal/podpack), as the pod controller's cache
+// keeps it: the mock stands in for a back end that holds its pods elsewhere, and
+// `vkubelet bench` measures the node agent's memory with it, which a decoded copy
+// per pod (several KiB) would swamp.
 type podRecord struct {
 	namespace, name string
 	uid             types.UID
-	raw             []byte // the pod as last given by CreatePod, UpdatePod or DeletePod
+	packed          []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
 	podIP           string
 	hostIP          string
 	created         time.Time // CreatePod accepted it
@@ -192,20 +193,20 @@ func newRecord(pod *corev1.Pod) (*podRecord, error) {
 
 // setPod replaces the record's pod. Only for a record not yet stored.
 func (r *podRecord) setPod(pod *corev1.Pod) error {
-	raw, err := pod.Marshal()
+	packed, err := podpack.Pack(pod)
 	if err != nil {
-		return errdefs.InvalidInput("mock: encoding pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		return errdefs.InvalidInput("mock: %v", err)
 	}
-	r.namespace, r.name, r.uid, r.raw = pod.Namespace, pod.Name, pod.UID, raw
+	r.namespace, r.name, r.uid, r.packed = pod.Namespace, pod.Name, pod.UID, packed
 	return nil
 }
 
 // pod decodes the record's pod; the result is the caller's.
 func (r *podRecord) pod() *corev1.Pod {
-	pod := &corev1.Pod{}
-	if err := pod.Unmarshal(r.raw); err != nil {
-		// The mock encoded these bytes itself: failing to read them back is a bug.
-		panic(fmt.Sprintf("mock: decoding pod %s/%s: %v", r.namespace, r.name, err))
+	pod, err := podpack.Unpack(r.packed)
+	if err != nil {
+		// The mock packed these bytes itself: failing to read them back is a bug.
+		panic(fmt.Sprintf("mock: pod %s/%s: %v", r.namespace, r.name, err))
 	}
 	return pod
 }
