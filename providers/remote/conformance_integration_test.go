@@ -201,3 +201,26 @@ func TestTheConformanceSuiteFailsABrokenProvider(t *testing.T) {
 		t.Errorf("the suite said %v of a provider without NOT_FOUND", err)
 	}
 }
+
+// ephemeralClaimer claims ephemeral containers, but is the mock, which never
+// reports one.
+type ephemeralClaimer struct{ *mock.Provider }
+
+func (ephemeralClaimer) RunsEphemeralContainers() bool { return true }
+
+// The suite fails a provider that claims ephemeral containers and does not run
+// them.
+func TestTheConformanceSuiteFailsAProviderThatClaimsEphemeralContainersItDoesNotRun(t *testing.T) {
+	p, err := mock.New(mock.Config{}, "conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := conformance.Run(context.Background(), conformance.Config{
+		Remote: remote.Config{Endpoint: serve(t, ephemeralClaimer{p}, "claimer")}, NodeName: "conformance", Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conformance.Failed(results); err == nil || !strings.Contains(err.Error(), "ephemeral containers") {
+		t.Errorf("the suite said %v of a provider that claims ephemeral containers it does not run", err)
+	}
+}

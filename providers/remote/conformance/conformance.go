@@ -86,6 +86,7 @@ func Run(ctx context.Context, cfg Config) ([]CheckResult, error) {
 		{"logs", func(s *suite) bool { return s.c.Capabilities().GetLogs() }, (*suite).logs},
 		{"exec: an exit code comes back", func(s *suite) bool { return s.c.Capabilities().GetExec() }, (*suite).exec},
 		{"stats: the summary is the node's", func(s *suite) bool { return s.c.Capabilities().GetStats() }, (*suite).stats},
+		{"ephemeral containers: one added by an update runs", func(s *suite) bool { return s.c.Capabilities().GetEphemeralContainers() }, (*suite).ephemeral},
 		{"reconnect: a new connection finds the pod (restart reconcile)", nil, (*suite).reconnect},
 		{"delete: the pod stops within its grace period", nil, (*suite).delete},
 	}
@@ -293,6 +294,53 @@ func (s *suite) stats(ctx context.Context) error {
 	// yet); the summary must still be the node's.
 	if sum.Node.NodeName != s.cfg.NodeName {
 		return fmt.Errorf("the summary is of node %q, want %q", sum.Node.NodeName, s.cfg.NodeName)
+	}
+	return nil
+}
+
+// ephemeral adds an ephemeral container to the running pod as the agent does for
+// `kubectl debug`: an update whose spec.ephemeralContainers has a new entry, its
+// environment in the request's env. It must be reported in
+// ephemeralContainerStatuses as running or, if its command was quick, as ended,
+// and leave the pod's own container as it was.
+func (s *suite) ephemeral(ctx context.Context) error {
+	st, err := s.c.GetPodStatus(ctx, s.pod.Namespace, s.pod.Name)
+	if err != nil {
+		return err
+	}
+	before := st.ContainerStatuses[0].ContainerID
+	s.pod.Spec.EphemeralContainers = append(s.pod.Spec.EphemeralContainers, corev1.EphemeralContainer{
+		EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: s.cfg.Image, Command: s.cfg.Command,
+			ImagePullPolicy: corev1.PullIfNotPresent},
+		TargetContainerName: "main",
+	})
+	s.resolved.Env["debugger"] = []corev1.EnvVar{{Name: "CONFORMANCE", Value: "ephemeral"}}
+	if err := s.c.UpdateResolvedPod(ctx, s.resolved); err != nil {
+		return err
+	}
+	err = s.waitStatus(ctx, "the ephemeral container reported running", func(st *corev1.PodStatus, err error) bool {
+		if err != nil {
+			return false
+		}
+		for _, cs := range st.EphemeralContainerStatuses {
+			if cs.Name == "debugger" {
+				return cs.State.Running != nil || cs.State.Terminated != nil
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return err
+	}
+	st, err = s.c.GetPodStatus(ctx, s.pod.Namespace, s.pod.Name)
+	if err != nil {
+		return err
+	}
+	if !running(st, nil) {
+		return fmt.Errorf("after the ephemeral container the pod is %s, its container not running", st.Phase)
+	}
+	if id := st.ContainerStatuses[0].ContainerID; id != before {
+		return fmt.Errorf("after the ephemeral container the pod's container is %s, was %s", id, before)
 	}
 	return nil
 }
