@@ -504,9 +504,12 @@ func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		u.run(t, "client", "sh", "-c", "until wget -q -O- http://web/; do sleep 1; done; sleep 3600")
+		// Each try is cut after 5 s: a connection made before kube-proxy has
+		// written the Service's rules would otherwise wait out TCP's SYN
+		// retries, two minutes.
+		u.run(t, "client", "sh", "-c", "until timeout 5 wget -q -O- http://web/; do sleep 1; done; sleep 3600")
 		logs := u.client.CoreV1().Pods("default").GetLogs("client", &corev1.PodLogOptions{})
-		testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
 			b, err := logs.DoRaw(ctx)
 			return err == nil && string(b) == "hello from web\n", fmt.Sprintf("client's logs %q, %v", b, err)
 		})

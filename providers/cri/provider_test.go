@@ -646,7 +646,12 @@ func TestDeadSandboxIsRecreated(t *testing.T) {
 	if len(old) != 1 {
 		t.Fatalf("%d sandboxes", len(old))
 	}
-	before := logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
+	// A running container may not have written its line yet.
+	var before string
+	waitFor(t, 30*time.Second, "main's first line", func() (bool, string) {
+		before = logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
+		return strings.HasPrefix(before, "run "), fmt.Sprintf("logs %q", before)
+	})
 	stopBehindTheProvidersBack(t, old[0].Id)
 	var st *corev1.PodStatus
 	waitFor(t, 60*time.Second, "a new sandbox, running, with the restart counted", func() (bool, string) {
@@ -669,7 +674,11 @@ func TestDeadSandboxIsRecreated(t *testing.T) {
 		t.Errorf("init container = restarts %d, state %+v; want it run again in the new sandbox", init.RestartCount, init.State)
 	}
 	previous := logsOf(t, p, pod, "main", provider.ContainerLogOpts{Previous: true})
-	current := logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
+	var current string
+	waitFor(t, 30*time.Second, "the new instance's first line", func() (bool, string) {
+		current = logsOf(t, p, pod, "main", provider.ContainerLogOpts{})
+		return current != "", fmt.Sprintf("logs %q", current)
+	})
 	if previous != before || current == before || !strings.HasPrefix(current, "run ") {
 		t.Errorf("logs before %q, --previous %q, now %q: want --previous to be the dead sandbox's", before, previous, current)
 	}
