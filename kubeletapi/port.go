@@ -66,6 +66,8 @@ func NewPort(cfg PortConfig) *Port {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if tc, ok := c.(*tls.Conn); ok {
 				if nc, ok := tc.NetConn().(*nodeConn); ok {
+					ctx, cancel := context.WithCancel(ctx)
+					context.AfterFunc(nc.closed, cancel)
 					return withServer(ctx, nc.node.server)
 				}
 			}
@@ -180,6 +182,7 @@ type endpoint struct {
 // add tracks c, a connection Serve accepted (before its deferred closeAll).
 func (e *endpoint) add(c net.Conn) *nodeConn {
 	nc := &nodeConn{Conn: c, node: e}
+	nc.closed, nc.markClosed = context.WithCancel(context.Background())
 	e.mu.Lock()
 	e.open[nc] = struct{}{}
 	e.mu.Unlock()
@@ -200,6 +203,7 @@ func (e *endpoint) closeAll() {
 	e.mu.Unlock()
 	for nc := range open {
 		_ = nc.Conn.Close()
+		nc.markClosed()
 	}
 }
 
@@ -207,10 +211,20 @@ func (e *endpoint) closeAll() {
 type nodeConn struct {
 	net.Conn
 	node *endpoint
+	// closed ends when the connection is closed, by whoever closes it, and
+	// the contexts of its requests with it (ConnContext). net/http ends them
+	// only when it reads an error from the connection, which it may not do
+	// once a stream took the connection over and the streaming library
+	// closed it (StreamIdleTimeout): an exec whose command reads no stdin
+	// and writes nothing would run on, told by nothing that its client is
+	// gone (found by TestStreamIdleTimeoutClosesExecAndAttach).
+	closed     context.Context
+	markClosed context.CancelFunc
 }
 
 func (c *nodeConn) Close() error {
 	err := c.Conn.Close()
+	c.markClosed()
 	c.node.forget(c)
 	return err
 }
