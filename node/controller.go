@@ -168,8 +168,11 @@ type Controller struct {
 	// --- owned by Run ---
 
 	// desired is the node we register: the config's defaults, the provider's
-	// ConfigureNode, and the status it reported since.
-	desired *corev1.Node
+	// ConfigureNode, and the status it reported since. It is kept protobuf-
+	// encoded (desiredCopy, setDesired): it is read only when the Node is
+	// written, and a decoded Node is some 3 KiB of maps and structs that each of
+	// a NodeSet's thousand nodes would hold for good.
+	desired []byte
 	// written is the status we last wrote, to remove resources no longer reported.
 	written writtenResources
 	// nodeUID is the UID of the Node as we last saw it: the lease's owner.
@@ -226,11 +229,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	// writing.
 	events := cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
-			oldNode, ok1 := oldObj.(*corev1.Node)
-			newNode, ok2 := newObj.(*corev1.Node)
+			oldNode, ok1 := oldObj.(*nodeSummary)
+			newNode, ok2 := newObj.(*nodeSummary)
 			if ok1 && ok2 && oldNode.UID != newNode.UID {
 				signal(c.nodeGone)
-			} else if ok1 && ok2 && readyStatus(newNode) != corev1.ConditionTrue && readyStatus(oldNode) != readyStatus(newNode) {
+			} else if ok1 && ok2 && newNode.Ready != corev1.ConditionTrue && oldNode.Ready != newNode.Ready {
 				signal(c.markedNotReady)
 			}
 		},
@@ -256,6 +259,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			lw := cacheutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
 			return cache.NewSharedIndexInformer(lw, &corev1.Node{}, resync, cache.Indexers{})
 		})
+		if err := informer.SetTransform(slimNode); err != nil {
+			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
+		}
 		if _, err := informer.AddEventHandler(events); err != nil {
 			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 		}
@@ -324,7 +330,27 @@ func (c *Controller) configure(ctx context.Context) {
 	}
 	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
 	withOperatorSettings(n, c.cfg)
-	c.desired = n
+	c.setDesired(n)
+}
+
+// desiredCopy decodes the desired node; the result is the caller's.
+func (c *Controller) desiredCopy() *corev1.Node {
+	n := &corev1.Node{}
+	if err := n.Unmarshal(c.desired); err != nil {
+		// setDesired encoded these bytes: failing to read them back is a bug.
+		panic(fmt.Sprintf("node %s: decoding the desired node: %v", c.cfg.NodeName, err))
+	}
+	return n
+}
+
+// setDesired keeps n, encoded, as the desired node.
+func (c *Controller) setDesired(n *corev1.Node) {
+	raw, err := n.Marshal()
+	if err != nil {
+		// A Node built from the config and the provider's reports always encodes.
+		panic(fmt.Sprintf("node %s: encoding the desired node: %v", c.cfg.NodeName, err))
+	}
+	c.desired = raw
 }
 
 // notifyNodeStatus is the callback given to the provider's NotifyNodeStatus. It
@@ -347,8 +373,10 @@ func (c *Controller) takeReportedStatus() {
 	c.latest = nil
 	c.latestMu.Unlock()
 	if n != nil {
-		c.desired.Status = withReportedStatus(c.desired.Status, n.Status)
-		overrideCapacity(&c.desired.Status, c.cfg.Capacity)
+		d := c.desiredCopy()
+		d.Status = withReportedStatus(d.Status, n.Status)
+		overrideCapacity(&d.Status, c.cfg.Capacity)
+		c.setDesired(d)
 	}
 }
 
@@ -410,14 +438,15 @@ func (c *Controller) writeNode(ctx context.Context) error {
 	name := c.cfg.NodeName
 	nodes := c.client.CoreV1().Nodes()
 	now := c.clock.Now()
+	desired := c.desiredCopy()
 	cur, err := nodes.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		created, err := nodes.Create(ctx, nodeForCreate(c.desired, now), metav1.CreateOptions{})
+		created, err := nodes.Create(ctx, nodeForCreate(desired, now), metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("node %s: registering: %w", name, err)
 		}
 		c.nodeUID = created.UID
-		c.written = writtenOf(&c.desired.Status)
+		c.written = writtenOf(&desired.Status)
 		c.log.Info("registered node", "uid", created.UID)
 		return nil
 	}
@@ -428,23 +457,24 @@ func (c *Controller) writeNode(ctx context.Context) error {
 		c.log.Info("found existing node; merging our labels, taints and status into it", "uid", cur.UID)
 		c.nodeUID = cur.UID
 	}
-	if err := c.patchMetadata(ctx, cur); err != nil {
+	if err := c.patchMetadata(ctx, cur, desired); err != nil {
 		return err
 	}
-	patch, err := statusPatch(cur, c.written, &c.desired.Status, now)
+	patch, err := statusPatch(cur, c.written, &desired.Status, now)
 	if err != nil {
 		return err
 	}
 	if _, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("node %s: patching status: %w", name, err)
 	}
-	c.written = writtenOf(&c.desired.Status)
+	c.written = writtenOf(&desired.Status)
 	return nil
 }
 
-// patchMetadata applies metadataPatch to cur, reading the node again after a
-// conflict (a taint changed by someone else between our read and our write).
-func (c *Controller) patchMetadata(ctx context.Context, cur *corev1.Node) error {
+// patchMetadata applies metadataPatch of desired to cur, reading the node again
+// after a conflict (a taint changed by someone else between our read and our
+// write).
+func (c *Controller) patchMetadata(ctx context.Context, cur, desired *corev1.Node) error {
 	nodes := c.client.CoreV1().Nodes()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if cur == nil {
@@ -453,7 +483,7 @@ func (c *Controller) patchMetadata(ctx context.Context, cur *corev1.Node) error 
 				return err
 			}
 		}
-		patch, err := metadataPatch(cur, c.desired, c.cfg.DisableTaint)
+		patch, err := metadataPatch(cur, desired, c.cfg.DisableTaint)
 		if err != nil || patch == nil {
 			return err
 		}
@@ -509,7 +539,7 @@ func (c *Controller) tryRenewLease(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("node %s: creating lease: %w", name, err)
 			}
-			c.lease = created
+			c.lease = withoutManagedFields(created)
 			return nil
 		}
 		if err != nil {
@@ -521,8 +551,15 @@ func (c *Controller) tryRenewLease(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: renewing lease: %w", name, err)
 	}
-	c.lease = updated
+	c.lease = withoutManagedFields(updated)
 	return nil
+}
+
+// withoutManagedFields drops l's managed fields before it is kept until the
+// next renewal: an update that carries none leaves the server's as they are.
+func withoutManagedFields(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.ManagedFields = nil
+	return l
 }
 
 // signal wakes the receiver of a 1-slot channel without ever blocking.

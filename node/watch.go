@@ -6,6 +6,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -15,7 +18,7 @@ import (
 // Watch is one watch of Node objects for all the nodes of a process, in place of
 // one per node: a Controller needs to hear of its Node only when it is deleted,
 // replaced or marked not Ready by someone else. It keeps of each Node its name,
-// UID and Ready condition, a few hundred bytes however large the Node, and hands
+// UID and Ready condition (nodeSummary), whatever the Node's size, and hands
 // each change to the Controller of that node, if the process runs one.
 type Watch struct {
 	informer cache.SharedIndexInformer
@@ -40,24 +43,51 @@ func NewWatch(client kubernetes.Interface) (*Watch, error) {
 // Run watches Nodes until ctx ends.
 func (w *Watch) Run(ctx context.Context) { w.informer.RunWithContext(ctx) }
 
-// slimNode is the watch's transform: what a Controller reads of a Node.
+// nodeSummary is what a Controller reads of a Node, and all the watch keeps of
+// one: a corev1.Node, even emptied, is about a KiB of struct.
+type nodeSummary struct {
+	Name, ResourceVersion string
+	UID                   types.UID
+	// Ready is the status of the Node's Ready condition, "" without one.
+	Ready corev1.ConditionStatus
+}
+
+var (
+	_ runtime.Object            = &nodeSummary{}
+	_ metav1.ObjectMetaAccessor = &nodeSummary{}
+)
+
+// GetObjectMeta gives the informer (keys, resource versions) a metav1.Object,
+// made per call since it is short-lived.
+func (n *nodeSummary) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}
+}
+
+// GetObjectKind implements runtime.Object; a nodeSummary is never serialized.
+func (n *nodeSummary) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (n *nodeSummary) DeepCopyObject() runtime.Object {
+	out := *n
+	return &out
+}
+
+// slimNode is the node informers' transform: each Node is kept, and handed to
+// the handlers, as a *nodeSummary. Anything else (a tombstone carries an object
+// already transformed) passes unchanged.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
-	if s := readyStatus(n); s != "" {
-		out.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}
-	}
-	return out, nil
+	return &nodeSummary{Name: n.Name, ResourceVersion: n.ResourceVersion, UID: n.UID, Ready: readyStatus(n)}, nil
 }
 
 // nodeName is the name of a Node, or of a tombstone's (Nodes have no
 // namespace: the key is the name).
 func nodeName(obj any) (string, bool) {
 	switch o := obj.(type) {
-	case *corev1.Node:
+	case *nodeSummary:
 		return o.Name, true
 	case cache.DeletedFinalStateUnknown:
 		return o.Key, true
