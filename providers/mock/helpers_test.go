@@ -59,7 +59,7 @@ func notifications(t *testing.T, p *Provider) <-chan *corev1.Pod {
 }
 
 // notifyPods calls p.NotifyPods for the duration of the test, and at its end waits
-// for the scheduler goroutine to return, so that it writes no file after the test.
+// for the scheduler goroutine to be done, so that it writes no file after the test.
 func notifyPods(t *testing.T, p *Provider, notify func(*corev1.Pod)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -69,12 +69,22 @@ func notifyPods(t *testing.T, p *Provider, notify func(*corev1.Pod)) {
 	p.mu.Unlock()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case <-s.done:
-		case <-time.After(waitTimeout):
-			t.Error("the scheduler goroutine did not return when its context ended")
+		deadline := time.Now().Add(waitTimeout)
+		for schedulerRuns(p, s) {
+			if time.Now().After(deadline) {
+				t.Error("the scheduler goroutine did not return when its context ended")
+				return
+			}
+			time.Sleep(time.Millisecond)
 		}
 	})
+}
+
+// schedulerRuns reports whether s's goroutine runs.
+func schedulerRuns(p *Provider, s *scheduler) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return s.running
 }
 
 // nextNotification returns the next pod notified, failing the test after waitTimeout.

@@ -17,17 +17,28 @@ const maxBatch = 256
 // the clock and creating the timer, and it reads the clock again.
 const clockSkew = time.Millisecond
 
-// scheduler delivers the pod notifications. One goroutine, started by NotifyPods and
-// ended with its context, pops due events from a heap and calls the callback, so the
-// notifications of a pod arrive in order and the provider needs no goroutine or timer
-// per pod. An event only says "this pod may have changed at this time": the pod's
-// status is computed when the event is delivered.
+// scheduler delivers the pod notifications. One goroutine pops due events from a
+// heap and calls the callback, so the notifications of a pod arrive in order and the
+// provider needs no goroutine or timer per pod. It runs only while events are
+// pending: the first push starts it and it returns once the heap is empty (or the
+// context of NotifyPods ends), so that an idle node of a NodeSet keeps no goroutine
+// for its mock. An event only says "this pod may have changed at this time": the
+// pod's status is computed when the event is delivered.
 type scheduler struct {
+	ctx    context.Context // NotifyPods': delivery stops when it ends
 	notify func(*corev1.Pod)
 	events eventHeap     // guarded by Provider.mu
 	wake   chan struct{} // capacity 1: an event was pushed
-	done   chan struct{} // closed when the goroutine has returned (for tests)
+	// running says the goroutine runs (guarded by Provider.mu); it is set
+	// before the goroutine starts and cleared under the same lock hold in which
+	// it saw no event left, once it has nothing more to do, so there is never a
+	// second one.
+	running bool
 }
+
+// live reports whether the scheduler still delivers: its NotifyPods context has
+// not ended.
+func (s *scheduler) live() bool { return s.ctx.Err() == nil }
 
 type event struct {
 	at  time.Time
@@ -35,9 +46,18 @@ type event struct {
 	uid types.UID // an event for an earlier pod of that name is dropped
 }
 
-// pushLocked schedules a notification of rec at the time at. Provider.mu is held.
-func (s *scheduler) pushLocked(at time.Time, rec *podRecord) {
+// pushLocked schedules a notification of rec at the time at, starting the
+// goroutine if it does not run. Provider.mu is held.
+func (p *Provider) pushLocked(s *scheduler, at time.Time, rec *podRecord) {
 	heap.Push(&s.events, event{at: at, key: rec.key(), uid: rec.uid})
+	if !s.running {
+		if !s.live() {
+			return
+		}
+		s.running = true
+		go p.runScheduler(s)
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -50,7 +70,7 @@ func (s *scheduler) pushLocked(at time.Time, rec *podRecord) {
 // copy it may keep and is never called with the provider's lock held. Delivery stops
 // when ctx ends; a later call replaces the callback.
 func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
-	s := &scheduler{notify: notify, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &scheduler{ctx: ctx, notify: notify, wake: make(chan struct{}, 1)}
 	p.mu.Lock()
 	now := p.clock.Now()
 	if prev := p.sched; prev != nil {
@@ -65,31 +85,31 @@ func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	// transitions ahead of them.
 	for _, rec := range p.pods {
 		if rec.running.After(now) {
-			s.pushLocked(rec.running, rec)
+			p.pushLocked(s, rec.running, rec)
 		}
 		if rec.deleting() {
-			s.pushLocked(rec.stopped, rec)
+			p.pushLocked(s, rec.stopped, rec)
 		}
 	}
 	p.mu.Unlock()
-	go p.runScheduler(ctx, s)
 }
 
-func (p *Provider) runScheduler(ctx context.Context, s *scheduler) {
-	defer close(s.done)
-	defer func() {
-		p.mu.Lock()
-		if p.sched == s {
-			p.sched = nil
-		}
-		p.mu.Unlock()
-	}()
+// schedulerLocked returns the scheduler that delivers notifications, nil if
+// there is none or its context has ended. Provider.mu is held.
+func (p *Provider) schedulerLocked() *scheduler {
+	if p.sched == nil || !p.sched.live() {
+		return nil
+	}
+	return p.sched
+}
+
+// runScheduler delivers s's events as they fall due, and returns once none is
+// left, s's context has ended or s was replaced.
+func (p *Provider) runScheduler(s *scheduler) {
 	for {
-		if ctx.Err() != nil {
-			return
-		}
 		p.mu.Lock()
-		if p.sched != s {
+		if p.sched != s || !s.live() || len(s.events) == 0 {
+			s.running = false
 			p.mu.Unlock()
 			return
 		}
@@ -121,34 +141,29 @@ func (p *Provider) runScheduler(ctx context.Context, s *scheduler) {
 			continue // more events were due than one batch holds
 		}
 
-		if !p.wait(ctx, s, next, now) {
-			return
+		if next.IsZero() {
+			continue // none left, unless pushed meanwhile: the top of the loop sees
 		}
+		p.wait(s, next, now)
 	}
 }
 
-// wait blocks until next (never, if zero), a push or the end of ctx, and reports
-// whether ctx is still alive. It may return early; the caller then looks again.
-func (p *Provider) wait(ctx context.Context, s *scheduler, next, now time.Time) bool {
-	var timerC <-chan time.Time
-	if !next.IsZero() {
-		// A timer is set relative to the clock's time when it is created. If the clock
-		// jumped since now was read (a fake clock stepped by a test, or the time
-		// spent notifying), the timer would fire late: look again instead.
-		t := p.clock.NewTimer(next.Sub(now))
-		defer t.Stop()
-		if p.clock.Since(now) > clockSkew {
-			return ctx.Err() == nil
-		}
-		timerC = t.C()
+// wait blocks until next, a push or the end of s's context. It may return early;
+// the caller then looks again.
+func (p *Provider) wait(s *scheduler, next, now time.Time) {
+	// A timer is set relative to the clock's time when it is created. If the clock
+	// jumped since now was read (a fake clock stepped by a test, or the time
+	// spent notifying), the timer would fire late: look again instead.
+	t := p.clock.NewTimer(next.Sub(now))
+	defer t.Stop()
+	if p.clock.Since(now) > clockSkew {
+		return
 	}
 	select {
-	case <-ctx.Done():
-		return false
+	case <-s.ctx.Done():
 	case <-s.wake:
-	case <-timerC:
+	case <-t.C():
 	}
-	return true
 }
 
 // deliverLocked returns the pod an event announces, or nil if the event is stale. A

@@ -290,7 +290,7 @@ func (p *Provider) lookupLocked(key string, now time.Time) *podRecord {
 		return nil
 	}
 	if rec.goneAt(now) {
-		if p.sched == nil {
+		if p.schedulerLocked() == nil {
 			p.dropLocked(rec, now)
 		}
 		return nil
@@ -367,10 +367,10 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.pods[key] = rec
 	p.createCounts[pod.UID]++
 	p.version++
-	if p.sched != nil {
-		p.sched.pushLocked(now, rec)
+	if s := p.schedulerLocked(); s != nil {
+		p.pushLocked(s, now, rec)
 		if rec.running.After(now) {
-			p.sched.pushLocked(rec.running, rec)
+			p.pushLocked(s, rec.running, rec)
 		}
 	}
 	p.mu.Unlock()
@@ -405,8 +405,8 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	p.pods[key] = &rec
 	p.version++
-	if p.sched != nil {
-		p.sched.pushLocked(now, &rec)
+	if s := p.schedulerLocked(); s != nil {
+		p.pushLocked(s, now, &rec)
 	}
 	p.mu.Unlock()
 	p.log.Debug("pod updated", "pod", key, "uid", pod.UID)
@@ -456,8 +456,8 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	p.pods[key] = &rec
 	p.version++
-	if p.sched != nil {
-		p.sched.pushLocked(rec.stopped, &rec)
+	if s := p.schedulerLocked(); s != nil {
+		p.pushLocked(s, rec.stopped, &rec)
 	}
 	p.mu.Unlock()
 	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped)
