@@ -289,7 +289,6 @@ func (c *Client) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 // those whose status changed.
 func (c *Client) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	go func() {
-		backoff := time.Second
 		for ctx.Err() == nil {
 			var err error
 			if c.caps().GetPodNotifier() {
@@ -300,27 +299,50 @@ func (c *Client) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Warn("pod notifications interrupted; resuming", "error", err, "in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 30*time.Second)
-			// The provider may have come back as another version.
-			cctx, cancel := c.call(ctx)
-			if err := c.refreshCaps(cctx); err == nil {
-				backoff = time.Second
-			}
-			cancel()
+			c.log.Warn("pod notifications interrupted; resuming once the provider answers", "error", err)
+			c.awaitCaps(ctx)
 		}
 	}()
 }
 
+// awaitCaps asks for the provider's capabilities until it answers or ctx ends,
+// with back-off (1s to 30s): after an interruption the provider may come back as
+// another version, one that no longer notifies, say, and whether to watch or to
+// poll is the new one's to say.
+func (c *Client) awaitCaps(ctx context.Context) {
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		cctx, cancel := c.call(ctx)
+		err := c.refreshCaps(cctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+}
+
+// watchPods delivers the pods of one WatchPods stream until it breaks.
 func (c *Client) watchPods(ctx context.Context, notify func(*corev1.Pod)) error {
+	ctx, end := context.WithCancel(ctx) // ends the stream on every return
+	defer end()
 	stream, err := c.api.WatchPods(ctx, &pb.WatchPodsRequest{})
 	if err != nil {
 		return fromStatus(err)
+	}
+	// The stream may have opened on a provider that restarted since its
+	// capabilities were last asked, without any call failing in between: ask
+	// them again now, over the connection the stream is on, so that what the
+	// client says of the provider (encoding, RunsEphemeralContainers, …) is
+	// that of the provider it watches. A later restart breaks the stream.
+	cctx, cancel := c.call(ctx)
+	err = c.refreshCaps(cctx)
+	cancel()
+	if err != nil {
+		return err
 	}
 	for {
 		m, err := stream.Recv()

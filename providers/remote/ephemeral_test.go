@@ -80,7 +80,9 @@ func TestEphemeralContainersAreAnnouncedOnlyByAProviderThatRunsThem(t *testing.T
 // The client's answer is the provider's last announcement, asked again when the
 // provider comes back: one restarted as a version that does not run ephemeral
 // containers is no longer said to run them, so the pod controller stops sending
-// it new ones.
+// it new ones. This holds whether the client's pod notifications were watching
+// when the provider went away or first open their stream on the restarted one
+// (both happen here, as the goroutines fall).
 func TestEphemeralContainersAreAskedAgainWhenTheProviderComesBack(t *testing.T) {
 	dir, err := os.MkdirTemp("", "vke") // unix socket paths are short
 	if err != nil {
