@@ -80,7 +80,8 @@ func newConformanceCommand() *cobra.Command {
 		Long: `conformance checks, through the provider protocol, what a node agent relies on
 from a provider: capabilities; NOT_FOUND for an unknown pod; a pod created runs,
 is listed with its UID, is not run twice when created again, survives an update;
-its status comes by WatchPods (if claimed); logs, exec and stats (if claimed); a
+its status comes by WatchPods (if claimed); logs, exec and stats, and an
+ephemeral container added by an update (each if claimed); a
 new connection finds it (restart reconcile); deleted, it stops within its grace
 period. It runs one pod, in namespace vkubelet-conformance, and removes it.`,
 		SilenceUsage: true,
