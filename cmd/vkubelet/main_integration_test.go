@@ -114,19 +114,27 @@ func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
 
 // TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce kills the node process while it
 // creates 1,000 pods, changes the API while it is down, restarts it, and checks that
-// the provider ends up with exactly the API's pods, each created once.
+// the provider ends up with exactly the API's pods, each created once: with the mock
+// in the node's process (its state in a file) and in a provider process of its own.
 func TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T) {
+	for _, m := range mockPlacements {
+		t.Run(m.name, func(t *testing.T) { restartAfterSIGKILLCreatesEveryPodExactlyOnce(t, m) })
+	}
+}
+
+func restartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T, m mockPlacement) {
 	cp := testenv.ControlPlane(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
-	const node = "vk-crash"
+	node := "vk-crash" + m.suffix()
 	stateFile := filepath.Join(t.TempDir(), "mock-state.json")
 	mockCfg := mock.Config{StateFile: stateFile, Pods: "2000"}
-	args := []string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath, "--provider", "mock",
-		"--provider-config", writeMockConfig(t, mockCfg), "--disable-taint", "--log-level", "debug",
+	providerArgs, stopProvider := m.providerArgs(t, node, mockCfg)
+	args := append([]string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath}, providerArgs...)
+	args = append(args, "--disable-taint", "--log-level", "debug",
 		"--kubelet-port", "0", "--approve-serving-csr", "--cert-dir", t.TempDir(),
-		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s"}
+		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s")
 
 	begin := time.Now()
 	first := startNodeProcess(t, args...)
@@ -203,6 +211,7 @@ func TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T) {
 		t.Fatalf("vkubelet did not stop cleanly on SIGTERM: %v", err)
 	}
 	t.Logf("stopped %s after the restart", time.Since(restarted).Round(time.Millisecond))
+	stopProvider()
 
 	// Read the provider's persisted state back and compare it with the API.
 	prov, err := mock.New(mockCfg, node)
@@ -529,20 +538,29 @@ func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 // TestRestartAfterSIGKILLMidDeletionLosesNoDeletion runs 1,000 pods, deletes them
 // all, kills the node process while the deletions are under way, restarts it, and
 // checks that every pod is stopped in the provider (its persisted state is empty)
-// and removed from the API: no deletion is lost to the crash.
+// and removed from the API: no deletion is lost to the crash. The mock runs in the
+// node's process, then in a provider process of its own.
 func TestRestartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T) {
+	for _, m := range mockPlacements {
+		t.Run(m.name, func(t *testing.T) { restartAfterSIGKILLMidDeletionLosesNoDeletion(t, m) })
+	}
+}
+
+func restartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T, m mockPlacement) {
 	cp := testenv.ControlPlane(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
-	const node, total = "vk-crash-delete", 1000
+	const total = 1000
+	node := "vk-crash-delete" + m.suffix()
 	stateFile := filepath.Join(t.TempDir(), "mock-state.json")
 	// Stopping takes a few seconds, so that the crash comes in the middle of it.
 	mockCfg := mock.Config{StateFile: stateFile, Pods: "2000", StopDelay: mock.Duration{Duration: 5 * time.Second}}
-	args := []string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath, "--provider", "mock",
-		"--provider-config", writeMockConfig(t, mockCfg), "--disable-taint",
+	providerArgs, stopProvider := m.providerArgs(t, node, mockCfg)
+	args := append([]string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath}, providerArgs...)
+	args = append(args, "--disable-taint",
 		"--kubelet-port", "0", "--self-signed-serving-cert", "--cert-dir", t.TempDir(),
-		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s"}
+		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s")
 	first := startNodeProcess(t, args...)
 	waitNodeReady(t, c, node)
 
@@ -605,6 +623,7 @@ func TestRestartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T) {
 	if err := second.cmd.Wait(); err != nil {
 		t.Fatalf("vkubelet did not stop cleanly on SIGTERM: %v", err)
 	}
+	stopProvider()
 	prov, err := mock.New(mockCfg, node)
 	if err != nil {
 		t.Fatal(err)
