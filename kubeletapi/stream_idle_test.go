@@ -1,14 +1,11 @@
 package kubeletapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
 	"net/url"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 
+	"github.com/vkubelet/vkubelet/internal/testenv/leakcheck"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -195,7 +193,7 @@ func TestStreamIdleTimeoutClosesExecAndAttach(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				c := newSilentContainer(readsInput)
 				addr := servedIdle(t, c)
-				before := takeGoroutines()
+				before := leakcheck.Take()
 				opened := time.Now()
 				s := openStreamSession(t, addr, route.path, 0)
 				started := waitFor(t, c.started, closeBound, "the provider's session started")
@@ -288,7 +286,7 @@ func TestStreamIdleTimeoutClosesPortForward(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newSilentContainer(true)
 			addr := servedIdle(t, c)
-			before := takeGoroutines()
+			before := leakcheck.Take()
 			rt, upgrader, err := spdy.RoundTripperFor(clientConfig(addr))
 			if err != nil {
 				t.Fatal(err)
@@ -348,64 +346,9 @@ var sessionCode = []string{
 	"k8s.io/client-go/tools/portforward",
 }
 
-// takeGoroutines returns the ids of the goroutines running now.
-func takeGoroutines() map[string]bool {
-	ids := map[string]bool{}
-	for id := range goroutineStacks() {
-		ids[id] = true
-	}
-	return ids
-}
-
-// goroutineStacks maps every goroutine's id to its stack.
-func goroutineStacks() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := map[string]string{}
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		header, _, _ := strings.Cut(string(g), "\n")
-		rest, ok := strings.CutPrefix(header, "goroutine ")
-		if !ok {
-			continue
-		}
-		id, _, _ := strings.Cut(rest, " ")
-		out[id] = string(g)
-	}
-	return out
-}
-
 // checkNoSessionGoroutines fails t if, within closeBound, goroutines started
 // since before and running a session's code (sessionCode) are still there.
-func checkNoSessionGoroutines(t *testing.T, before map[string]bool) {
+func checkNoSessionGoroutines(t *testing.T, before *leakcheck.Snapshot) {
 	t.Helper()
-	deadline := time.Now().Add(closeBound)
-	for {
-		var left []string
-		for id, stack := range goroutineStacks() {
-			if before[id] {
-				continue
-			}
-			for _, code := range sessionCode {
-				if strings.Contains(stack, code) {
-					left = append(left, stack)
-					break
-				}
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d goroutines of the session left %s after it closed:\n%s", len(left), closeBound, strings.Join(left, "\n\n"))
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	before.CheckGoroutinesOf(t, closeBound, sessionCode...)
 }

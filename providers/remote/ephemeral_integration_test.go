@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,11 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/testenv"
-	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
-	"github.com/vkubelet/vkubelet/providers/mock"
-	"github.com/vkubelet/vkubelet/providers/remote"
 )
 
 // `kubectl debug` on a node whose provider is at the other end of the protocol:
@@ -50,17 +45,7 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 	t.Cleanup(p.Close)
 	endpoint := serve(t, p, "cri")
 
-	cfgFile := filepath.Join(t.TempDir(), "remote.json")
-	b, _ := json.Marshal(remote.Config{Endpoint: endpoint})
-	if err := os.WriteFile(cfgFile, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := nodetest.MockConfig(t, node, mock.Config{})
-	cfg.Provider, cfg.ProviderConfig = "remote", cfgFile
-	// A certificate the API server verifies, for exec and logs.
-	cfg.SelfSignedServingCert, cfg.ApproveServingCSR = false, true
-	nodetest.Run(t, cfg)
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	runRemoteNode(t, node, endpoint)
 
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"who": "a debugger over the protocol"},

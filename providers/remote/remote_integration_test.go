@@ -58,17 +58,7 @@ func TestANodeRunsItsPodsInARemoteProvider(t *testing.T) {
 	sock, state := filepath.Join(dir, "p.sock"), filepath.Join(dir, "state.json")
 	_, stopServing := serveMock(t, sock, state, node)
 
-	cfgFile := filepath.Join(dir, "remote.json")
-	b, _ := json.Marshal(remote.Config{Endpoint: "unix://" + sock})
-	if err := os.WriteFile(cfgFile, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := nodetest.MockConfig(t, node, mock.Config{})
-	cfg.Provider, cfg.ProviderConfig = "remote", cfgFile
-	// A certificate the API server verifies, for logs, exec and port-forward.
-	cfg.SelfSignedServingCert, cfg.ApproveServingCSR = false, true
-	nodetest.Run(t, cfg)
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	runRemoteNode(t, node, "unix://"+sock)
 
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello over the protocol"},
@@ -176,5 +166,24 @@ func waitReady(t *testing.T, node string, want corev1.ConditionStatus) {
 			}
 		}
 		return false, "no Ready condition"
+	})
+}
+
+// runRemoteNode runs node in the test, with --provider remote on endpoint and a
+// serving certificate the API server verifies (for logs, exec and
+// port-forward), and deletes its Node at the end of the test.
+func runRemoteNode(t *testing.T, node, endpoint string) {
+	t.Helper()
+	cfgFile := filepath.Join(t.TempDir(), "remote.json")
+	b, _ := json.Marshal(remote.Config{Endpoint: endpoint})
+	if err := os.WriteFile(cfgFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := nodetest.MockConfig(t, node, mock.Config{})
+	cfg.Provider, cfg.ProviderConfig = "remote", cfgFile
+	cfg.SelfSignedServingCert, cfg.ApproveServingCSR = false, true
+	nodetest.Run(t, cfg)
+	t.Cleanup(func() {
+		_ = testenv.Client(t).CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 	})
 }

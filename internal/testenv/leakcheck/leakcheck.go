@@ -63,6 +63,32 @@ func (s *Snapshot) Check(t testing.TB, timeout time.Duration) {
 	}
 }
 
+// CheckGoroutinesOf fails t if, within timeout, goroutines started since s and
+// running any of code (a package or function path, matched within the stack)
+// are still there. It is for tests that follow other code than a node's (the
+// streaming libraries of one kubelet API session, say); file descriptors are
+// not looked at.
+func (s *Snapshot) CheckGoroutinesOf(t testing.TB, timeout time.Duration, code ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []string
+		for _, g := range goroutines() {
+			if !s.goroutines[g.id] && slices.ContainsFunc(code, func(c string) bool { return strings.Contains(g.stack, c) }) {
+				left = append(left, g.stack)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d goroutines left after %s:\n%s", len(left), timeout, strings.Join(left, "\n\n"))
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // leaks returns the stacks of the goroutines and the descriptions of the file
 // descriptors that count.
 func (s *Snapshot) leaks() (gs, fds []string) {
