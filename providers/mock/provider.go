@@ -71,7 +71,7 @@ type Provider struct {
 	nextIP       uint32                     // offset from firstPodIP of the next pod IP (persisted)
 	hostIP       string                     // given by WithHostIP, else the node's InternalIP
 	hostIPFixed  bool                       // hostIP came from WithHostIP: ConfigureNode leaves it
-	capacity     corev1.ResourceList        // the node's capacity and allocatable
+	capacity     corev1.ResourceList        // set by SetCapacity; nil: the config's (capacityLocked)
 	notifyNode   func(*corev1.Node)         // from NotifyNodeStatus
 	pingErr      error                      // what Ping returns (SetPingError)
 	sched        *scheduler                 // delivers pod notifications while NotifyPods' ctx lives
@@ -120,8 +120,7 @@ func WithHostIP(ip string) Option {
 // an earlier process, if the file exists.
 func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 	cfg = cfg.withDefaults()
-	capacity, err := cfg.validate()
-	if err != nil {
+	if _, err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("mock provider config: %w", err)
 	}
 	if cfg.ProviderID == "" {
@@ -140,7 +139,6 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		volumeCalls:  map[string]int{},
 		countsKept:   countsKept,
 		hostIP:       defaultHostIP,
-		capacity:     capacity,
 	}
 	for _, opt := range opts {
 		opt(p)
