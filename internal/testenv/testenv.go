@@ -16,6 +16,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -243,6 +244,35 @@ func PortForward(t testing.TB, ns, pod string, port int) (local int, stop func()
 	stop = func() { once.Do(func() { close(stopCh); <-done }) }
 	t.Cleanup(stop)
 	return int(ports[0].Local), stop
+}
+
+// WaitPod waits up to 90 s for cond to hold of the pod, and returns the pod; what
+// names the wait in the failure, with the pod's status.
+func WaitPod(t testing.TB, ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	c := Client(t)
+	var pod *corev1.Pod
+	Eventually(t, 90*time.Second, func() (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		b, _ := json.Marshal(p.Status)
+		return cond(p), fmt.Sprintf("%s: %s", what, b)
+	})
+	return pod
+}
+
+// EphemeralContainerStatus returns the status of p's ephemeral container name, or
+// nil.
+func EphemeralContainerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.EphemeralContainerStatuses {
+		if p.Status.EphemeralContainerStatuses[i].Name == name {
+			return &p.Status.EphemeralContainerStatuses[i]
+		}
+	}
+	return nil
 }
 
 // WaitPhase waits up to a minute for the pod to reach phase.

@@ -2,14 +2,11 @@ package remote_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/testenv"
@@ -61,7 +58,7 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod = waitPodStatus(t, c, ns, "web", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	pod = testenv.WaitPod(t, ns, "web", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 
 	// The debugger runs until the test says it may end, so that its running state
 	// is seen before its terminated one.
@@ -78,18 +75,18 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, "web", pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPodStatus(t, c, ns, "web", "the debugger running", func(p *corev1.Pod) bool {
-		s := ephemeralStatus(p, "debugger")
+	testenv.WaitPod(t, ns, "web", "the debugger running", func(p *corev1.Pod) bool {
+		s := testenv.EphemeralContainerStatus(p, "debugger")
 		return s != nil && s.State.Running != nil
 	})
 	if out, err := testenv.Exec(t, ns, "web", "debugger", "touch", "/tmp/done"); err != nil {
 		t.Fatalf("exec in the debugger: %q, %v", out, err)
 	}
-	got := waitPodStatus(t, c, ns, "web", "the debugger terminated", func(p *corev1.Pod) bool {
-		s := ephemeralStatus(p, "debugger")
+	got := testenv.WaitPod(t, ns, "web", "the debugger terminated", func(p *corev1.Pod) bool {
+		s := testenv.EphemeralContainerStatus(p, "debugger")
 		return s != nil && s.State.Terminated != nil
 	})
-	if term := ephemeralStatus(got, "debugger").State.Terminated; term.ExitCode != 3 || term.Reason != "Error" {
+	if term := testenv.EphemeralContainerStatus(got, "debugger").State.Terminated; term.ExitCode != 3 || term.Reason != "Error" {
 		t.Errorf("the debugger terminated %+v, want exit code 3 (Error)", term)
 	}
 	if got.Status.Phase != corev1.PodRunning || got.Status.ContainerStatuses[0].State.Running == nil {
@@ -100,29 +97,4 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 	if err != nil || string(logs) != want {
 		t.Errorf("kubectl logs web -c debugger = %q, %v; want %q", logs, err, want)
 	}
-}
-
-// waitPodStatus polls the pod until cond holds, and returns it.
-func waitPodStatus(t *testing.T, c kubernetes.Interface, ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
-	t.Helper()
-	var pod *corev1.Pod
-	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
-		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		pod = p
-		b, _ := json.Marshal(p.Status)
-		return cond(p), fmt.Sprintf("%s: %s", what, b)
-	})
-	return pod
-}
-
-func ephemeralStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for i := range p.Status.EphemeralContainerStatuses {
-		if p.Status.EphemeralContainerStatuses[i].Name == name {
-			return &p.Status.EphemeralContainerStatuses[i]
-		}
-	}
-	return nil
 }

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
@@ -57,21 +55,6 @@ func busybox(name, node, image, script string) *corev1.Pod {
 	}
 }
 
-func waitPod(t *testing.T, c kubernetes.Interface, ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
-	t.Helper()
-	var pod *corev1.Pod
-	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
-		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		pod = p
-		b, _ := json.Marshal(p.Status)
-		return cond(p), fmt.Sprintf("%s: %s", what, b)
-	})
-	return pod
-}
-
 // A pod bound to the node runs as real containers and its status reaches the API;
 // its logs, exec and port-forward are served through the API server; deleting it stops it within its grace
 // period and removes the sandbox; a pod exiting 3 under Never ends Failed.
@@ -86,7 +69,7 @@ func TestPodThroughTheAPI(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got := waitPod(t, c, ns, "web", "Running and Ready", func(p *corev1.Pod) bool {
+	got := testenv.WaitPod(t, ns, "web", "Running and Ready", func(p *corev1.Pod) bool {
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 				return p.Status.Phase == corev1.PodRunning
@@ -147,7 +130,7 @@ func TestPodThroughTheAPI(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, failing, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got = waitPod(t, c, ns, "exit3", "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	got = testenv.WaitPod(t, ns, "exit3", "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
 	if term := got.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 3 {
 		t.Errorf("container state = %+v", got.Status.ContainerStatuses[0].State)
 	}
@@ -185,7 +168,7 @@ func TestConfigMapSecretAndLimitsThroughTheAPI(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, c, ns, "configured", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	testenv.WaitPod(t, ns, "configured", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 
 	check := func(want string, cmd ...string) {
 		t.Helper()

@@ -34,15 +34,6 @@ func runningAndReady(p *corev1.Pod) bool {
 	return false
 }
 
-func ephemeralStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for i := range p.Status.EphemeralContainerStatuses {
-		if p.Status.EphemeralContainerStatuses[i].Name == name {
-			return &p.Status.EphemeralContainerStatuses[i]
-		}
-	}
-	return nil
-}
-
 // What `kubectl debug` does, step by step through the API: an ephemeral container
 // added to a running pod with the ephemeralcontainers subresource runs in the pod's
 // network namespace (the pod's IP on its interface, the main container's port on
@@ -58,7 +49,7 @@ func TestEphemeralContainerThroughTheAPI(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, busybox("web", node, env.Busybox, webScript), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := waitPod(t, c, ns, "web", "Running and Ready", runningAndReady)
+	pod := testenv.WaitPod(t, ns, "web", "Running and Ready", runningAndReady)
 
 	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
@@ -72,8 +63,8 @@ func TestEphemeralContainerThroughTheAPI(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, "web", pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, c, ns, "web", "the debugger running", func(p *corev1.Pod) bool {
-		s := ephemeralStatus(p, "debugger")
+	testenv.WaitPod(t, ns, "web", "the debugger running", func(p *corev1.Pod) bool {
+		s := testenv.EphemeralContainerStatus(p, "debugger")
 		return s != nil && s.State.Running != nil
 	})
 
@@ -89,11 +80,11 @@ func TestEphemeralContainerThroughTheAPI(t *testing.T) {
 	if out != want {
 		t.Errorf("attached to the debugger: %q (%v), want %q", out, err, want)
 	}
-	got := waitPod(t, c, ns, "web", "the debugger terminated", func(p *corev1.Pod) bool {
-		s := ephemeralStatus(p, "debugger")
+	got := testenv.WaitPod(t, ns, "web", "the debugger terminated", func(p *corev1.Pod) bool {
+		s := testenv.EphemeralContainerStatus(p, "debugger")
 		return s != nil && s.State.Terminated != nil
 	})
-	if term := ephemeralStatus(got, "debugger").State.Terminated; term.ExitCode != 3 || term.Reason != "Error" {
+	if term := testenv.EphemeralContainerStatus(got, "debugger").State.Terminated; term.ExitCode != 3 || term.Reason != "Error" {
 		t.Errorf("debugger terminated %+v, want exit code 3", term)
 	}
 	if !runningAndReady(got) {
@@ -113,7 +104,7 @@ func TestEphemeralContainerThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := ephemeralStatus(got, "debugger"); s.State.Terminated == nil || s.RestartCount != 0 {
+	if s := testenv.EphemeralContainerStatus(got, "debugger"); s.State.Terminated == nil || s.RestartCount != 0 {
 		t.Errorf("debugger at the end: %+v, want terminated, never restarted", s)
 	}
 }
@@ -160,11 +151,11 @@ func kubectlDebug(t *testing.T, c kubernetes.Interface, ns, image string) {
 	if waitErr != nil {
 		t.Errorf("kubectl debug -it: %v; it printed %q", waitErr, out.String())
 	}
-	p := waitPod(t, c, ns, "web", "kdebug terminated", func(p *corev1.Pod) bool {
-		s := ephemeralStatus(p, "kdebug")
+	p := testenv.WaitPod(t, ns, "web", "kdebug terminated", func(p *corev1.Pod) bool {
+		s := testenv.EphemeralContainerStatus(p, "kdebug")
 		return s != nil && s.State.Terminated != nil
 	})
-	if s := ephemeralStatus(p, "kdebug"); s.State.Terminated.ExitCode != 0 {
+	if s := testenv.EphemeralContainerStatus(p, "kdebug"); s.State.Terminated.ExitCode != 0 {
 		t.Errorf("kdebug: %+v", s)
 	}
 	for _, ec := range p.Spec.EphemeralContainers {
