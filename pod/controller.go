@@ -91,9 +91,6 @@ type Controller struct {
 	resolvedHandler provider.ResolvedPodHandler
 	// volumeUpdater is the provider as a VolumeUpdater, nil if it keeps no volumes current.
 	volumeUpdater provider.VolumeUpdater
-	// ephemeralRunner is the provider as an EphemeralContainerRunner, nil if it runs
-	// no ephemeral containers (see runsEphemeral).
-	ephemeralRunner provider.EphemeralContainerRunner
 	// resolver resolves pod specs (env, volumes, pull secrets) before they reach the
 	// provider, and tells us when what a pod references changes.
 	resolver *resolve.Resolver
@@ -187,7 +184,6 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	c.resolvedHandler, _ = cfg.Provider.(provider.ResolvedPodHandler)
 	c.volumeUpdater, _ = cfg.Provider.(provider.VolumeUpdater)
-	c.ephemeralRunner, _ = cfg.Provider.(provider.EphemeralContainerRunner)
 	var err error
 	c.resolver, err = resolve.New(resolve.Config{
 		Client: cfg.Client, NodeName: cfg.NodeName, Recorder: cfg.Recorder, OnChange: c.handleReferenceChange,

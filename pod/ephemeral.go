@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
 )
 
 // ReasonEphemeralContainersNotSupported is the waiting reason of the ephemeral
@@ -18,7 +20,7 @@ const ReasonEphemeralContainersNotSupported = "EphemeralContainersNotSupported"
 // runsEphemeral reports whether the provider runs ephemeral containers, so that
 // adding one to a pod is an update it must hear about.
 func (c *Controller) runsEphemeral() bool {
-	return c.ephemeralRunner != nil && c.ephemeralRunner.RunsEphemeralContainers()
+	return provider.RunsEphemeralContainers(c.provider)
 }
 
 // reportEphemeralNotRun gives each ephemeral container of p that has no status yet

@@ -74,6 +74,14 @@ type EphemeralContainerRunner interface {
 	RunsEphemeralContainers() bool
 }
 
+// RunsEphemeralContainers reports whether p runs ephemeral containers: it is an
+// EphemeralContainerRunner and says so (implementing the interface is not
+// enough, as a provider standing for another one answers for it).
+func RunsEphemeralContainers(p any) bool {
+	r, ok := p.(EphemeralContainerRunner)
+	return ok && r.RunsEphemeralContainers()
+}
+
 // PodNotifier is implemented by providers that push status changes instead of being
 // polled.
 type PodNotifier interface {

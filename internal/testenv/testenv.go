@@ -264,6 +264,21 @@ func WaitPod(t testing.TB, ns, name, what string, cond func(*corev1.Pod) bool) *
 	return pod
 }
 
+// RunEphemeralContainer adds ec to pod (as last read) through the API's
+// ephemeralcontainers subresource, as kubectl debug does, and waits until it runs.
+func RunEphemeralContainer(t testing.TB, pod *corev1.Pod, ec corev1.EphemeralContainer) {
+	t.Helper()
+	pod = pod.DeepCopy()
+	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, ec)
+	if _, err := Client(t).CoreV1().Pods(pod.Namespace).UpdateEphemeralContainers(context.Background(), pod.Name, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	WaitPod(t, pod.Namespace, pod.Name, ec.Name+" running", func(p *corev1.Pod) bool {
+		s := EphemeralContainerStatus(p, ec.Name)
+		return s != nil && s.State.Running != nil
+	})
+}
+
 // EphemeralContainerStatus returns the status of p's ephemeral container name, or
 // nil.
 func EphemeralContainerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {

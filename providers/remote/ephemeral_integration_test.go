@@ -62,7 +62,7 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 
 	// The debugger runs until the test says it may end, so that its running state
 	// is seen before its terminated one.
-	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{
+	testenv.RunEphemeralContainer(t, pod, corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 			Name: "debugger", Image: env.Busybox, ImagePullPolicy: corev1.PullIfNotPresent,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
@@ -71,13 +71,6 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 			Command: []string{"/bin/sh", "-c", `echo "who: $WHO"; while [ ! -e /tmp/done ]; do sleep 1; done; echo bye; exit 3`},
 		},
 		TargetContainerName: "main",
-	})
-	if _, err := c.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, "web", pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitPod(t, ns, "web", "the debugger running", func(p *corev1.Pod) bool {
-		s := testenv.EphemeralContainerStatus(p, "debugger")
-		return s != nil && s.State.Running != nil
 	})
 	if out, err := testenv.Exec(t, ns, "web", "debugger", "touch", "/tmp/done"); err != nil {
 		t.Fatalf("exec in the debugger: %q, %v", out, err)

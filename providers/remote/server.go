@@ -108,16 +108,8 @@ func (s *Server) Capabilities(context.Context, *pb.CapabilitiesRequest) (*pb.Cap
 	_, metrics := s.p.(provider.ResourceMetricsProvider)
 	return &pb.CapabilitiesResponse{Encoding: encoding, PodNotifier: notifier, VolumeUpdater: volumes,
 		NodeProvider: node, NodeConfigurer: configurer, Logs: logs, Exec: exec, Attach: attach,
-		PortForward: pf, Stats: stats, Metrics: metrics, EphemeralContainers: runsEphemeral(s.p),
+		PortForward: pf, Stats: stats, Metrics: metrics, EphemeralContainers: provider.RunsEphemeralContainers(s.p),
 		ProviderName: s.name}, nil
-}
-
-// runsEphemeral reports whether p runs ephemeral containers. Unlike the other
-// parts, implementing the interface is not enough: a provider that stands for
-// another one answers for it, and may say no.
-func runsEphemeral(p provider.PodLifecycleHandler) bool {
-	r, ok := p.(provider.EphemeralContainerRunner)
-	return ok && r.RunsEphemeralContainers()
 }
 
 // withPod decodes the request's pod and hands it to create or update: the

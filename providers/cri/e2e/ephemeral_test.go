@@ -51,7 +51,7 @@ func TestEphemeralContainerThroughTheAPI(t *testing.T) {
 	}
 	pod := testenv.WaitPod(t, ns, "web", "Running and Ready", runningAndReady)
 
-	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{
+	testenv.RunEphemeralContainer(t, pod, corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 			Name: "debugger", Image: env.Busybox, ImagePullPolicy: corev1.PullIfNotPresent,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile, Stdin: true,
@@ -59,13 +59,6 @@ func TestEphemeralContainerThroughTheAPI(t *testing.T) {
 				`wget -qO- http://localhost:8080/index.html; echo "httpd: $(ps -o comm | grep -c httpd)"; exit 3`},
 		},
 		TargetContainerName: "main",
-	})
-	if _, err := c.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, "web", pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitPod(t, ns, "web", "the debugger running", func(p *corev1.Pod) bool {
-		s := testenv.EphemeralContainerStatus(p, "debugger")
-		return s != nil && s.State.Running != nil
 	})
 
 	// The debugger waits for a line on stdin: nothing it prints comes before the
