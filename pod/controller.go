@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -99,8 +98,10 @@ type Controller struct {
 	informers informers.SharedInformerFactory
 	// source is the process's shared pod watch, nil without one.
 	source *Source
-	// timer keeps the queues' delayed adds, nil if each queue keeps its own.
-	timer *queuetimer.Timer
+	// timer keeps the queues' delayed adds: the process's, or the controller's
+	// own (ownTimer), which Run runs.
+	timer    *queuetimer.Timer
+	ownTimer bool
 	// pods reads pods bound to our node from the informer's cache.
 	pods       podCache
 	podsSynced cache.InformerSynced
@@ -108,11 +109,11 @@ type Controller struct {
 	podEvents cache.ResourceEventHandler
 
 	// syncQueue: pods to create or update in the provider.
-	syncQueue workqueue.TypedRateLimitingInterface[string]
+	syncQueue *nodeQueue
 	// statusQueue: pods whose status in the API may lag the provider's.
-	statusQueue workqueue.TypedRateLimitingInterface[string]
+	statusQueue *nodeQueue
 	// deleteQueue: pods to stop in the provider and, once stopped, remove from the API.
-	deleteQueue workqueue.TypedRateLimitingInterface[string]
+	deleteQueue *nodeQueue
 
 	state *stateStore
 	// removed holds the UID of each pod this controller removed from the API
@@ -192,9 +193,10 @@ func NewController(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
-	c.syncQueue = c.newQueue("pod_sync")
-	c.statusQueue = c.newQueue("pod_status")
-	c.deleteQueue = c.newQueue("pod_delete")
+	c.ownTimer = ownTimer(c)
+	c.syncQueue = c.newNodeQueue("pod_sync", c.syncHandler, c.workers)
+	c.statusQueue = c.newNodeQueue("pod_status", c.statusHandler, c.statusWorkers)
+	c.deleteQueue = c.newNodeQueue("pod_delete", c.deleteHandler, c.workers)
 
 	c.podEvents = cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.handlePod(obj) },
@@ -229,33 +231,6 @@ func NewController(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// newQueue builds a rate-limited queue: per-item exponential back-off from 200ms to
-// 2 minutes for failing pods, and an overall bucket so a storm of failures cannot
-// flood the provider.
-func (c *Controller) newQueue(name string) workqueue.TypedRateLimitingInterface[string] {
-	limiter := workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 2*time.Minute),
-		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(200), 500)},
-	)
-	cfg := workqueue.TypedRateLimitingQueueConfig[string]{
-		Name:            name,
-		MetricsProvider: c.metrics.queueMetrics(),
-		Clock:           c.clock,
-	}
-	if c.metrics.nodes {
-		cfg.Name = "" // without client-go's metrics: countedQueue counts it
-	}
-	if c.timer != nil {
-		cfg.DelayingQueue = c.timer.Queue(workqueue.TypedQueueConfig[string]{
-			Name: cfg.Name, MetricsProvider: cfg.MetricsProvider, Clock: c.clock})
-	}
-	q := workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg)
-	if c.metrics.nodes {
-		return c.metrics.countedQueueOf(name, q)
-	}
-	return q
-}
-
 // Ready is closed once the informer has synced and the start-up reconcile with the
 // provider is done.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
@@ -268,6 +243,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.statusQueue.ShutDown()
 	defer c.deleteQueue.ShutDown()
 
+	if c.ownTimer {
+		go c.timer.Run(ctx)
+	}
 	if c.notifier != nil {
 		c.notifier.NotifyPods(ctx, c.handleProviderPod)
 	}
@@ -289,38 +267,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.reconcileProvider(ctx); err != nil {
 		return err
 	}
-	go c.dispatch(ctx, c.syncQueue, c.syncHandler, c.workers)
-	go c.dispatch(ctx, c.deleteQueue, c.deleteHandler, c.workers)
+	for _, q := range []*nodeQueue{c.syncQueue, c.deleteQueue, c.statusQueue} {
+		q.start(ctx)
+	}
 	if c.notifier == nil {
 		go c.pollStatuses(ctx)
 	}
 	close(c.ready)
 	c.log.Info("pod controller started", "workers", c.workers, "statusWorkers", c.statusWorkers, "notifier", c.notifier != nil)
-	// The status queue's dispatcher runs here, in Run's goroutine, until ctx
-	// ends and shuts the queue down: one goroutine fewer per node.
-	defer context.AfterFunc(ctx, c.statusQueue.ShutDown)()
-	c.dispatch(ctx, c.statusQueue, c.statusHandler, c.statusWorkers)
+	<-ctx.Done()
 	return nil
-}
-
-// dispatch hands the items of q to handler, at most workers at a time, each in a
-// goroutine of its own, until q shuts down. A node holds a goroutine per queue
-// while idle rather than one per worker: a process with a thousand idle nodes
-// would otherwise keep 70,000 goroutines waiting. Each node's queues and limits
-// are its own, so a node with a deep queue takes no worker from another.
-func (c *Controller) dispatch(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error, workers int) {
-	slots := make(chan struct{}, workers)
-	for {
-		slots <- struct{}{} // a free worker first: no item is held while waiting for one
-		key, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		go func() {
-			defer func() { <-slots }()
-			c.process(ctx, q, handler, key)
-		}()
-	}
 }
 
 // process runs handler on key, an item taken from q, and re-queues it with

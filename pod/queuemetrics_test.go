@@ -33,7 +33,7 @@ func TestQueuesOfNodesSharingMetricsAreCountedTogether(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	var queues []*countedQueue
 	for range 100 {
-		queues = append(queues, c.newQueue("pod_sync").(*countedQueue))
+		queues = append(queues, c.newQueue("pod_sync", nil).(*countedQueue))
 	}
 	if n := runtime.NumGoroutine() - goroutines; n > 10 {
 		t.Errorf("100 queues started %d goroutines; want none of their own", n)

@@ -39,10 +39,17 @@ func New(clk clock.WithTicker) *Timer {
 // whose AddAfter the Timer keeps. For a rate-limiting queue, pass it as
 // TypedRateLimitingQueueConfig.DelayingQueue.
 func (t *Timer) Queue(cfg workqueue.TypedQueueConfig[string]) workqueue.TypedDelayingInterface[string] {
+	return t.NotifyingQueue(cfg, nil)
+}
+
+// NotifyingQueue is Queue, calling added (if not nil) after each item it takes,
+// whether added at once or when its delay has passed: a consumer that runs only
+// while its queue has items learns there is work without waiting in Get.
+func (t *Timer) NotifyingQueue(cfg workqueue.TypedQueueConfig[string], added func()) workqueue.TypedDelayingInterface[string] {
 	if cfg.Clock == nil {
 		cfg.Clock = t.clock
 	}
-	return &queue{TypedInterface: workqueue.NewTypedWithConfig(cfg), timer: t, waiting: map[string]*pending{}}
+	return &queue{TypedInterface: workqueue.NewTypedWithConfig(cfg), timer: t, waiting: map[string]*pending{}, added: added}
 }
 
 // Run adds the items whose time has come to their queues until ctx ends.
@@ -98,6 +105,16 @@ type queue struct {
 	timer *Timer
 	// waiting are the queue's items in the Timer's heap, guarded by timer.mu.
 	waiting map[string]*pending
+	// added, if not nil, is called after each Add.
+	added func()
+}
+
+// Add adds item now and tells the queue's consumer.
+func (q *queue) Add(item string) {
+	q.TypedInterface.Add(item)
+	if q.added != nil {
+		q.added()
+	}
 }
 
 // AddAfter adds item once d has passed. An item already waiting keeps the

@@ -1,0 +1,157 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/internal/queuetimer"
+)
+
+// queueFixture is a controller with nothing but what its queues need.
+func queueFixture(t *testing.T) (*Controller, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	timer := queuetimer.New(nil)
+	go timer.Run(ctx)
+	return &Controller{metrics: NewMetrics(), clock: clock.RealClock{}, timer: timer,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ctx
+}
+
+// dispatchers counts the goroutines running a node queue's dispatcher.
+func dispatchers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "(*nodeQueue).dispatch(")
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An idle node's queue costs neither a client-go queue nor a goroutine; the
+// dispatcher runs while there are items, and exits once they are handled.
+func TestANodeQueueDispatchesOnlyWhileItHasItems(t *testing.T) {
+	c, ctx := queueFixture(t)
+	var handled sync.Map
+	q := c.newNodeQueue("test", func(_ context.Context, key string) error {
+		handled.Store(key, true)
+		return nil
+	}, 2)
+	base := dispatchers()
+	q.start(ctx)
+	if q.q != nil {
+		t.Fatal("an unused queue was built")
+	}
+	if n := dispatchers() - base; n != 0 {
+		t.Fatalf("%d dispatchers for an empty queue", n)
+	}
+	for _, k := range []string{"ns/a", "ns/b", "ns/c"} {
+		q.Add(k)
+	}
+	waitFor(t, "the items to be handled", func() bool {
+		_, a := handled.Load("ns/a")
+		_, b := handled.Load("ns/b")
+		_, c := handled.Load("ns/c")
+		return a && b && c
+	})
+	waitFor(t, "the dispatcher to exit", func() bool { return dispatchers() == base })
+
+	// A delayed add, put in the queue by the timer, starts a dispatcher again.
+	q.AddAfter("ns/later", 50*time.Millisecond)
+	waitFor(t, "the delayed item to be handled", func() bool { _, ok := handled.Load("ns/later"); return ok })
+	waitFor(t, "the dispatcher to exit", func() bool { return dispatchers() == base })
+}
+
+// Items added before start wait for it; a failing item comes back after its
+// back-off, through the timer, with no dispatcher waiting meanwhile.
+func TestANodeQueueRetriesFailuresAndWaitsForStart(t *testing.T) {
+	c, ctx := queueFixture(t)
+	var calls atomic.Int32
+	q := c.newNodeQueue("test", func(context.Context, string) error {
+		if calls.Add(1) == 1 {
+			return errors.New("first try fails")
+		}
+		return nil
+	}, 1)
+	q.Add("ns/a")
+	time.Sleep(50 * time.Millisecond)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("handled %d times before start", n)
+	}
+	q.start(ctx)
+	waitFor(t, "the retry", func() bool { return calls.Load() == 2 })
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handled %d times; want 2 (a failure, then its retry)", n)
+	}
+}
+
+// The worker limit holds across dispatcher runs, and an item added again while
+// it is handled is handled once more after (queued by client-go at Done, not
+// through an add).
+func TestANodeQueueKeepsItsWorkerLimitAndRequeuedItems(t *testing.T) {
+	c, ctx := queueFixture(t)
+	const workers = 3
+	var running, peak, total atomic.Int32
+	release := make(chan struct{})
+	var q *nodeQueue
+	var again sync.Once
+	q = c.newNodeQueue("test", func(_ context.Context, key string) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		if key == "ns/0" {
+			again.Do(func() { q.Add("ns/0") }) // while it is being handled
+		}
+		<-release
+		total.Add(1)
+		return nil
+	}, workers)
+	q.start(ctx)
+	for i := range 10 {
+		q.Add("ns/" + string(rune('0'+i)))
+	}
+	waitFor(t, "the workers to fill", func() bool { return running.Load() == workers })
+	close(release)
+	waitFor(t, "every item and the re-added one", func() bool { return total.Load() == 11 })
+	if p := peak.Load(); p > workers {
+		t.Fatalf("%d items handled at once; the limit is %d", p, workers)
+	}
+}
+
+// After ShutDown nothing is built or handled.
+func TestAShutDownNodeQueueTakesNothing(t *testing.T) {
+	c, ctx := queueFixture(t)
+	var calls atomic.Int32
+	q := c.newNodeQueue("test", func(context.Context, string) error { calls.Add(1); return nil }, 1)
+	q.start(ctx)
+	q.ShutDown()
+	q.Add("ns/a")
+	time.Sleep(50 * time.Millisecond)
+	if q.q != nil || calls.Load() != 0 {
+		t.Fatalf("a shut-down queue took an item (queue built: %v, handled %d)", q.q != nil, calls.Load())
+	}
+}
