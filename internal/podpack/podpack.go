@@ -49,6 +49,14 @@ var codec = sync.OnceValues(func() (*zstd.Encoder, *zstd.Decoder) {
 		zstd.WithLowerEncoderMem(true),
 		// A checksum guards data that travels; these bytes stay in memory.
 		zstd.WithEncoderCRC(false),
+		// A pod's literals (names, UIDs, what the dictionary does not have) are
+		// too few for Huffman coding to pay: the encoder built the tables and
+		// then mostly stored the literals raw anyway. Without it packing takes
+		// half the time (about 3.4 against 7.1 µs for the package's benchmark
+		// pod) for the same size (129 bytes; 269 for the pod package's). A pod
+		// with much text of its own packs larger: 684 bytes against 564 for one
+		// of 6 KiB with 40 long environment values.
+		zstd.WithNoEntropyCompression(true),
 		// Pods are small: a window of 32 KiB holds the dictionary and the pod,
 		// and keeps each encoder's buffers small.
 		zstd.WithWindowSize(1<<15))
