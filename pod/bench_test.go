@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // benchPod is a pod of realistic size: three containers with resources, labels,
@@ -43,7 +44,13 @@ func BenchmarkUpdatableEqual(b *testing.B) {
 }
 
 // BenchmarkStatusPatch builds the patch of a pod going from Pending to Running.
-func BenchmarkStatusPatch(b *testing.B) {
+func BenchmarkStatusPatch(b *testing.B) { benchmarkStatusPatch(b, statusPatch) }
+
+// BenchmarkStatusPatchReference is the same with the generic strategic-merge diff
+// statusPatch replaced, for comparison.
+func BenchmarkStatusPatchReference(b *testing.B) { benchmarkStatusPatch(b, referenceStatusPatch) }
+
+func benchmarkStatusPatch(b *testing.B, patchOf func(types.UID, *corev1.PodStatus, *corev1.PodStatus) ([]byte, error)) {
 	p := benchPod()
 	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	running := &corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.7", HostIP: "10.0.0.1", StartTime: &now,
@@ -59,7 +66,7 @@ func BenchmarkStatusPatch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		desired := mergeStatus(p.Status, running)
-		patch, err := statusPatch(p.UID, &p.Status, &desired)
+		patch, err := patchOf(p.UID, &p.Status, &desired)
 		if err != nil || patch == nil {
 			b.Fatal(err)
 		}

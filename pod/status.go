@@ -1,15 +1,11 @@
 package pod
 
 import (
-	"encoding/json"
-	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
 // mergeStatus returns the status the API pod should have once the provider's view
@@ -67,37 +63,6 @@ func upsertCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev
 		return conds
 	}
 	return append(conds, c)
-}
-
-// statusPatch builds the strategic-merge patch that turns current into desired for
-// the pod with the given UID, or nil when there is nothing to write. The patch
-// carries metadata.uid, so the API server refuses it if the pod was replaced by
-// another with the same name in the meantime.
-func statusPatch(uid types.UID, current, desired *corev1.PodStatus) ([]byte, error) {
-	if equality.Semantic.DeepEqual(current, desired) {
-		return nil, nil
-	}
-	oldJSON, err := json.Marshal(corev1.Pod{Status: *current})
-	if err != nil {
-		return nil, err
-	}
-	newJSON, err := json.Marshal(corev1.Pod{Status: *desired})
-	if err != nil {
-		return nil, err
-	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, corev1.Pod{})
-	if err != nil {
-		return nil, fmt.Errorf("building status patch: %w", err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(patch, &m); err != nil {
-		return nil, err
-	}
-	if len(m) == 0 {
-		return nil, nil
-	}
-	m["metadata"] = map[string]any{"uid": uid}
-	return json.Marshal(m)
 }
 
 // isTerminal reports whether the pod has finished for good.
