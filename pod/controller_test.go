@@ -245,6 +245,9 @@ func TestSyncUpdatesOnlyWhenUpdatableFieldChanged(t *testing.T) {
 	if got := f.provider.callList(); len(got) != 1 {
 		t.Fatalf("a status change reached the provider: %v", got)
 	}
+	if cur, _ := f.c.pods.getCached("ns", "a"); f.c.state.get("ns/a").lastPod != cur {
+		t.Fatal("the controller still holds the object the status change replaced")
+	}
 	p.Spec.Containers[0].Image = "img:2"
 	if _, err := f.client.CoreV1().Pods("ns").Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -255,6 +258,18 @@ func TestSyncUpdatesOnlyWhenUpdatableFieldChanged(t *testing.T) {
 	}
 	if got := f.provider.callList(); len(got) != 2 || got[1] != "UpdatePod ns/a" {
 		t.Fatalf("image change: provider calls = %v, want UpdatePod", got)
+	}
+	p, _ = f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
+	p.Labels = map[string]string{"release": "2"}
+	if _, err := f.client.CoreV1().Pods("ns").Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Labels["release"] == "2" })
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.provider.callList(); len(got) != 3 || got[2] != "UpdatePod ns/a" {
+		t.Fatalf("label change: provider calls = %v, want UpdatePod (the downward API shows labels)", got)
 	}
 }
 
@@ -524,5 +539,36 @@ func TestAStatusChangedBySomeoneElseIsCheckedAgainstTheProvider(t *testing.T) {
 	f.c.handleUpdatedPod(same, changed)
 	if n := f.c.statusQueue.Len(); n != 1 {
 		t.Errorf("an update that changed the status queued %d status checks, want 1", n)
+	}
+}
+
+// A sync after a status-only change of the pod the provider runs decodes
+// neither object: the last one here cannot be decoded, and the sync still
+// succeeds, keeping the new object.
+func TestAStatusOnlyChangeIsSyncedWithoutDecoding(t *testing.T) {
+	f := newFixture(t, newPod("a"))
+	f.start()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.c.state.update("ns/a", func(s *podState) {
+		undecodable := *s.lastPod
+		undecodable.packed = []byte("not a packed pod")
+		s.lastPod = &undecodable
+	})
+	p, _ := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
+	p.Status.Message = "status only"
+	if _, err := f.client.CoreV1().Pods("ns").UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Status.Message == "status only" })
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatalf("sync decoded the last object: %v", err)
+	}
+	if cur, _ := f.c.pods.getCached("ns", "a"); f.c.state.get("ns/a").lastPod != cur {
+		t.Fatal("the controller does not hold the new object")
+	}
+	if got := f.provider.callList(); len(got) != 1 {
+		t.Fatalf("provider calls = %v, want only the create", got)
 	}
 }

@@ -43,6 +43,14 @@ type cachedPod struct {
 	// it (ours, or someone else's to correct) is told from one that did not
 	// without decoding.
 	statusHash uint64
+	// specHash fingerprints what a provider may be told of by an update: the
+	// pod's spec, labels and annotations. Two incarnations with the same one
+	// differ at most in status and bookkeeping metadata, so the sync after our
+	// own status write needs neither decoded (sameSpec).
+	specHash uint64
+	// ephemeral is true when the pod has ephemeral containers, which a sync
+	// handles even when the spec did not change (reportEphemeralNotRun).
+	ephemeral bool
 	// packed is the pod's encoding, packed (internal/podpack).
 	packed []byte
 }
@@ -91,41 +99,86 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	h := fnv.New64a()
-	_, _ = h.Write(statusField(raw))
 	return &cachedPod{
 		Namespace: p.Namespace, Name: p.Name, NodeName: p.Spec.NodeName, UID: p.UID,
 		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
 		terminal:   isTerminal(&p.Status),
-		statusHash: h.Sum64(),
+		statusHash: statusHash(raw),
+		specHash:   specHash(raw),
+		ephemeral:  len(p.Spec.EphemeralContainers) > 0,
 		packed:     podpack.PackEncoded(raw),
 	}, nil
 }
 
-// podStatusField is the field number of status in a Pod's protobuf encoding.
-const podStatusField = 3
+// Field numbers in the protobuf encodings of Pod and ObjectMeta (k8s.io/api's
+// generated.proto). Their encoding is deterministic: map entries are written
+// sorted by key, so equal fields encode to equal bytes.
+const (
+	podMetadataField   = 1
+	podSpecField       = 2
+	podStatusField     = 3
+	metaLabelsField    = 11
+	metaAnnotsField    = 12
+	fingerprintSpacing = 0xff // between fields, so moved bytes change the hash
+)
 
-// statusField is the encoded status within a pod's protobuf encoding, found by
-// walking its top-level fields: no second encoding on the informer's hot path.
-// Nil if there is none.
-func statusField(raw []byte) []byte {
+// statusHash fingerprints the encoded status within a pod's encoding.
+func statusHash(raw []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(field(raw, podStatusField))
+	return h.Sum64()
+}
+
+// specHash fingerprints the encoded spec, labels and annotations within a pod's
+// encoding (see cachedPod.specHash). Each labels or annotations entry is a
+// field of its own, written with its tag, so the hash tells them apart.
+func specHash(raw []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(field(raw, podSpecField))
+	_, _ = h.Write([]byte{fingerprintSpacing})
+	eachField(field(raw, podMetadataField), func(num protowire.Number, whole []byte) bool {
+		if num == metaLabelsField || num == metaAnnotsField {
+			_, _ = h.Write(whole)
+		}
+		return true
+	})
+	return h.Sum64()
+}
+
+// field is the value of the first length-delimited field num of a protobuf
+// message, found by walking its top-level fields: no second encoding on the
+// informer's hot path. Nil if there is none.
+func field(raw []byte, num protowire.Number) []byte {
+	var v []byte
+	eachField(raw, func(n protowire.Number, whole []byte) bool {
+		if n != num {
+			return true
+		}
+		_, _, tn := protowire.ConsumeTag(whole)
+		v, _ = protowire.ConsumeBytes(whole[tn:])
+		return false
+	})
+	return v
+}
+
+// eachField calls fn with the number and the whole encoding (tag included) of
+// each top-level field of a protobuf message, until fn returns false, the end
+// or a malformed field.
+func eachField(raw []byte, fn func(num protowire.Number, whole []byte) bool) {
 	for len(raw) > 0 {
 		num, typ, n := protowire.ConsumeTag(raw)
 		if n < 0 {
-			return nil
+			return
 		}
-		raw = raw[n:]
-		if num == podStatusField && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(raw)
-			return v
+		m := protowire.ConsumeFieldValue(num, typ, raw[n:])
+		if m < 0 {
+			return
 		}
-		n = protowire.ConsumeFieldValue(num, typ, raw)
-		if n < 0 {
-			return nil
+		if !fn(num, raw[:n+m]) {
+			return
 		}
-		raw = raw[n:]
+		raw = raw[n+m:]
 	}
-	return nil
 }
 
 // compactTransform is the pod informer's transform: every pod it receives is

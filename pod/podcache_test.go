@@ -84,8 +84,8 @@ func TestStatusFieldIsThePodsEncodedStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := p.Status.Marshal()
-	if got := statusField(raw); !bytes.Equal(got, want) {
-		t.Fatalf("statusField = %x, want %x", got, want)
+	if got := field(raw, podStatusField); !bytes.Equal(got, want) {
+		t.Fatalf("field(status) = %x, want %x", got, want)
 	}
 	a, _ := compact(p.DeepCopy())
 	q := p.DeepCopy()
@@ -95,5 +95,47 @@ func TestStatusFieldIsThePodsEncodedStatus(t *testing.T) {
 	c, _ := compact(q)
 	if a.statusHash != b.statusHash || b.statusHash == c.statusHash {
 		t.Errorf("status hashes: same status %x/%x, changed status %x; want equal, then different", a.statusHash, b.statusHash, c.statusHash)
+	}
+}
+
+// The spec fingerprint changes with what an update may tell a provider (spec,
+// labels, annotations) and not with status or bookkeeping metadata.
+func TestSpecHashFollowsSpecLabelsAndAnnotations(t *testing.T) {
+	base := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "1",
+		Labels: map[string]string{"app": "web", "tier": "front"}, Annotations: map[string]string{"note": "x"}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	hash := func(change func(p *corev1.Pod)) uint64 {
+		p := base.DeepCopy()
+		change(p)
+		cp, err := compact(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp.specHash
+	}
+	h0 := hash(func(*corev1.Pod) {})
+	for name, change := range map[string]func(p *corev1.Pod){
+		"status":           func(p *corev1.Pod) { p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.0.0.1" },
+		"resourceVersion":  func(p *corev1.Pod) { p.ResourceVersion = "2" },
+		"managedFields":    func(p *corev1.Pod) { p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}} },
+		"labels rewritten": func(p *corev1.Pod) { p.Labels = map[string]string{"tier": "front", "app": "web"} },
+	} {
+		if h := hash(change); h != h0 {
+			t.Errorf("%s changed the spec hash", name)
+		}
+	}
+	for name, change := range map[string]func(p *corev1.Pod){
+		"image":          func(p *corev1.Pod) { p.Spec.Containers[0].Image = "busybox:2" },
+		"label value":    func(p *corev1.Pod) { p.Labels["app"] = "api" },
+		"label added":    func(p *corev1.Pod) { p.Labels["new"] = "" },
+		"annotation":     func(p *corev1.Pod) { p.Annotations["note"] = "y" },
+		"label to annot": func(p *corev1.Pod) { delete(p.Labels, "tier"); p.Annotations["tier"] = "front" },
+		"ephemeral":      func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}} },
+		"activeDeadline": func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = new(int64) },
+	} {
+		if h := hash(change); h == h0 {
+			t.Errorf("%s left the spec hash as it was", name)
+		}
 	}
 }

@@ -58,6 +58,14 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		// --full-resync-period. Nothing to decode or compare.
 		return nil
 	}
+	if sameSpec(st, cached) {
+		// A new object of the pod the provider runs, differing only in status
+		// or bookkeeping metadata: most often our own status write coming back
+		// through the watch. Keep the current object (the one it replaced can
+		// be freed), as the slow path below would, without decoding either.
+		c.state.update(key, func(s *podState) { s.lastPod = cached })
+		return nil
+	}
 	p, err := cached.pod()
 	if err != nil {
 		return err
@@ -107,6 +115,16 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		return c.refreshVolumes(ctx, key, p, st)
 	}
 	return c.updateInProvider(ctx, key, p, cached, st)
+}
+
+// sameSpec reports whether cached, a newer object of the pod the provider runs
+// as st.lastPod, changed nothing a sync acts on: the same spec, labels and
+// annotations (specHash), not being deleted, not finished, no ephemeral
+// containers (a sync re-checks those) and no volume refresh due.
+func sameSpec(st podState, cached *cachedPod) bool {
+	return st.lastPod != nil && st.providerUID == cached.UID && !st.volumesStale &&
+		cached.DeletionTimestamp == nil && !cached.terminal && !cached.ephemeral &&
+		st.lastPod.specHash == cached.specHash
 }
 
 // sameUpdatable reports whether p (cached in the informer as cached) differs from
