@@ -28,7 +28,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return nil
 	}
-	p, _, err := c.pods.get(ns, name)
+	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -36,8 +36,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		return err
 	}
 	st := c.state.get(key)
-	if st.providerUID != p.UID || isTerminal(&p.Status) {
+	if st.providerUID != cached.UID || cached.terminal {
 		return nil // not (yet) in the provider, or finished for good
+	}
+	// The status and the few metadata fields below are all this handler reads.
+	p, err := cached.withStatus()
+	if err != nil {
+		return err
 	}
 	ctx, span := c.startSpan(continuedFrom(ctx, st.startTrace), spanStatus, key)
 	defer func() { endSpan(span, err) }()

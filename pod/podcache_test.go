@@ -139,3 +139,26 @@ func TestSpecHashFollowsSpecLabelsAndAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// withStatus decodes the same status as the whole pod, with the cached metadata.
+func TestWithStatusIsThePodsStatus(t *testing.T) {
+	now := metav1.NewTime(time.Now().Truncate(time.Second)) // as encoded
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", StartTime: &now,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true, RestartCount: 2}}}}
+	cp, err := compact(p.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cp.withStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.DeepCopy()
+	want.Spec = corev1.PodSpec{}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Fatalf("withStatus = %+v\nwant %+v", got, want)
+	}
+}

@@ -101,19 +101,29 @@ func PackEncoded(raw []byte) []byte {
 
 // Unpack decodes a pod packed by this process into a new pod, the caller's.
 func Unpack(packed []byte) (*corev1.Pod, error) {
+	p := &corev1.Pod{}
+	// Unmarshal copies what it keeps (strings, bytes), so the buffer is free
+	// again once it returns.
+	if err := UnpackEncoded(packed, p.Unmarshal); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// UnpackEncoded calls use with the protobuf encoding of a pod packed by this
+// process, for a caller that decodes part of it (the status alone, say). The
+// bytes are valid only until use returns; its error is returned, wrapped.
+func UnpackEncoded(packed []byte, use func(raw []byte) error) error {
 	_, dec := codec()
 	buf := scratch.Get().(*[]byte)
 	defer scratch.Put(buf)
 	raw, err := dec.DecodeAll(packed, (*buf)[:0])
 	if err != nil {
-		return nil, fmt.Errorf("unpacking pod: %w", err)
+		return fmt.Errorf("unpacking pod: %w", err)
 	}
 	*buf = raw
-	// Unmarshal copies what it keeps (strings, bytes), so the buffer is free
-	// again once it returns.
-	p := &corev1.Pod{}
-	if err := p.Unmarshal(raw); err != nil {
-		return nil, fmt.Errorf("decoding unpacked pod: %w", err)
+	if err := use(raw); err != nil {
+		return fmt.Errorf("decoding unpacked pod: %w", err)
 	}
-	return p, nil
+	return nil
 }
