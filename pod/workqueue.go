@@ -76,10 +76,20 @@ func (n *nodeQueue) Len() int {
 
 // Get takes the next item, waiting for one; for tests that drive a controller
 // that does not run.
-func (n *nodeQueue) Get() (string, bool) { return n.queue().Get() }
+func (n *nodeQueue) Get() (string, bool) {
+	q := n.queue()
+	if q == nil {
+		return "", true // shut down before any use
+	}
+	return q.Get()
+}
 
 // Done marks key handled, for tests as Get.
-func (n *nodeQueue) Done(key string) { n.queue().Done(key) }
+func (n *nodeQueue) Done(key string) {
+	if q := n.queue(); q != nil {
+		q.Done(key)
+	}
+}
 
 // ShutDown stops the queue: items added later are dropped and the dispatcher
 // exits.

@@ -154,4 +154,8 @@ func TestAShutDownNodeQueueTakesNothing(t *testing.T) {
 	if q.q != nil || calls.Load() != 0 {
 		t.Fatalf("a shut-down queue took an item (queue built: %v, handled %d)", q.q != nil, calls.Load())
 	}
+	if _, shutdown := q.Get(); !shutdown {
+		t.Fatal("Get on a shut-down queue did not report the shutdown")
+	}
+	q.Done("ns/a")
 }
