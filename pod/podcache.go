@@ -113,12 +113,13 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	statusHash, specHash := fingerprints(raw)
 	return &cachedPod{
 		Namespace: p.Namespace, Name: p.Name, NodeName: p.Spec.NodeName, UID: p.UID,
 		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
 		terminal:   isTerminal(&p.Status),
-		statusHash: statusHash(raw),
-		specHash:   specHash(raw),
+		statusHash: statusHash,
+		specHash:   specHash,
 		ephemeral:  len(p.Spec.EphemeralContainers) > 0,
 		packed:     podpack.PackEncoded(raw),
 	}, nil
@@ -133,30 +134,44 @@ const (
 	podStatusField     = 3
 	metaLabelsField    = 11
 	metaAnnotsField    = 12
-	fingerprintSpacing = 0xff // between fields, so moved bytes change the hash
+	fingerprintSpacing = 0xff // before the spec, so bytes moved between it and metadata change the hash
 )
 
-// statusHash fingerprints the encoded status within a pod's encoding.
-func statusHash(raw []byte) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write(field(raw, podStatusField))
-	return h.Sum64()
-}
-
-// specHash fingerprints the encoded spec, labels and annotations within a pod's
-// encoding (see cachedPod.specHash). Each labels or annotations entry is a
-// field of its own, written with its tag, so the hash tells them apart.
-func specHash(raw []byte) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write(field(raw, podSpecField))
-	_, _ = h.Write([]byte{fingerprintSpacing})
-	eachField(field(raw, podMetadataField), func(num protowire.Number, whole []byte) bool {
-		if num == metaLabelsField || num == metaAnnotsField {
-			_, _ = h.Write(whole)
+// fingerprints hashes, in one walk over a pod's encoding, its encoded status
+// and its encoded spec, labels and annotations (cachedPod's statusHash and
+// specHash). Each labels or annotations entry is a field of its own, written
+// with its tag, so the hash tells them apart.
+func fingerprints(raw []byte) (status, spec uint64) {
+	hs, hp := fnv.New64a(), fnv.New64a()
+	eachField(raw, func(num protowire.Number, whole []byte) bool {
+		switch num {
+		case podStatusField:
+			_, _ = hs.Write(value(whole))
+		case podSpecField:
+			_, _ = hp.Write([]byte{fingerprintSpacing})
+			_, _ = hp.Write(value(whole))
+		case podMetadataField:
+			eachField(value(whole), func(num protowire.Number, whole []byte) bool {
+				if num == metaLabelsField || num == metaAnnotsField {
+					_, _ = hp.Write(whole)
+				}
+				return true
+			})
 		}
 		return true
 	})
-	return h.Sum64()
+	return hs.Sum64(), hp.Sum64()
+}
+
+// value is the value of a length-delimited field given whole (tag included);
+// nil for a field of another wire type.
+func value(whole []byte) []byte {
+	_, typ, n := protowire.ConsumeTag(whole)
+	if typ != protowire.BytesType {
+		return nil
+	}
+	v, _ := protowire.ConsumeBytes(whole[n:])
+	return v
 }
 
 // field is the value of the first length-delimited field num of a protobuf
@@ -168,8 +183,7 @@ func field(raw []byte, num protowire.Number) []byte {
 		if n != num {
 			return true
 		}
-		_, _, tn := protowire.ConsumeTag(whole)
-		v, _ = protowire.ConsumeBytes(whole[tn:])
+		v = value(whole)
 		return false
 	})
 	return v

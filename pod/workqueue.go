@@ -148,11 +148,9 @@ func (n *nodeQueue) dispatch(ctx context.Context, q workqueue.TypedRateLimitingI
 		}
 		// Only this goroutine takes items, and the queue has one: Get does not wait.
 		key, shutdown := q.Get()
-		if shutdown {
+		if shutdown { // shut down and drained since more: more now says so
 			<-n.slots
-			n.mu.Lock()
-			n.dispatching = false
-			n.mu.Unlock()
+			n.more(q)
 			return
 		}
 		go func() {
