@@ -48,31 +48,61 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 }
 
 // keptResolution is what the mock keeps of a ResolvedPod: everything but the pod,
-// which the pod's record holds.
+// which the pod's record holds. It is kept for every pod the mock runs, so it is
+// smaller than a ResolvedPod: the volumes are a slice, not a map (a map of one
+// entry costs about 250 bytes), and their files are the resolver's, not copies.
 type keptResolution struct {
-	uid types.UID
-	provider.ResolvedPod
+	uid             types.UID
+	env             map[string][]corev1.EnvVar
+	volumes         []keptVolume
+	pullCredentials []provider.RegistryCredential
 }
 
-// withPod returns the resolution with the pod of rec.
+// keptVolume is one resolved volume: its name and files.
+type keptVolume struct {
+	name  string
+	files []provider.VolumeFile
+}
+
+// keptVolumes returns volumes as kept, in no particular order.
+func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
+	if len(volumes) == 0 {
+		return nil
+	}
+	out := make([]keptVolume, 0, len(volumes))
+	for name, v := range volumes {
+		if v != nil {
+			out = append(out, keptVolume{name: name, files: v.Files})
+		}
+	}
+	return out
+}
+
+// withPod returns the resolution with the pod of rec. The environment and
+// files are shared, not copied: they are read-only for everyone.
 func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
-	rp := k.ResolvedPod
-	rp.Pod = rec.pod()
-	return &rp
+	rp := &provider.ResolvedPod{Pod: rec.pod(), Env: k.env, PullCredentials: k.pullCredentials}
+	if k.volumes != nil {
+		rp.Volumes = make(map[string]*provider.VolumeContents, len(k.volumes))
+		for _, v := range k.volumes {
+			rp.Volumes[v.name] = &provider.VolumeContents{Files: v.files}
+		}
+	}
+	return rp
 }
 
-// keepResolved stores rp without copying: its environment and volumes are
-// read-only for everyone (provider contract), and its pod is in the pod's record.
-// With volumesOnly, only its volumes replace the kept ones.
+// keepResolved stores rp without copying its environment and files: they are
+// read-only for everyone (provider contract), and its pod is in the pod's
+// record. With volumesOnly, only its volumes replace the kept ones.
 func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
-	c := &keptResolution{uid: rp.Pod.UID, ResolvedPod: *rp}
-	c.Pod = nil
+	c := &keptResolution{uid: rp.Pod.UID, env: rp.Env, volumes: keptVolumes(rp.Volumes),
+		pullCredentials: rp.PullCredentials}
 	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if old := p.resolved[key]; volumesOnly && old != nil && old.uid == rp.Pod.UID {
 		kept := *old
-		kept.Volumes = rp.Volumes
+		kept.volumes = c.volumes
 		c = &kept
 	}
 	p.resolved[key] = c
