@@ -1,13 +1,16 @@
 package pod
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // benchPod is a pod of realistic size: three containers with resources, labels,
@@ -107,4 +110,47 @@ func BenchmarkCachedPod(b *testing.B) {
 		size = len(cp.packed)
 	}
 	b.ReportMetric(float64(size), "packed-bytes")
+}
+
+// BenchmarkPodFromTheWatch is what each pod of the watch costs until it is
+// cached: decoded by client-go's protobuf serializer and encoded again by
+// compact (the typed client's path), or read encoded (rawPods).
+func BenchmarkPodFromTheWatch(b *testing.B) {
+	p := benchPod()
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
+		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"1\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:image":{},"f:name":{},"f:resources":{".":{},"f:limits":{},"f:requests":{}}}}}}`)}}}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", HostIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"} // as the API server encodes it
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	var wire bytes.Buffer
+	if err := info.Serializer.Encode(p, &wire); err != nil {
+		b.Fatal(err)
+	}
+	decoder := scheme.Codecs.WithoutConversion().DecoderToVersion(info.Serializer, corev1.SchemeGroupVersion)
+	b.Run("decoded", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			obj, err := runtime.Decode(decoder, wire.Bytes())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := compactTransform(obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoded", func(b *testing.B) {
+		raw := rawPodDecoder{info.Serializer}
+		b.ReportAllocs()
+		for b.Loop() {
+			obj, _, err := raw.Decode(wire.Bytes(), nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := compactTransform(obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
 	"github.com/vkubelet/vkubelet/internal/queuetimer"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
@@ -214,9 +212,7 @@ func NewController(cfg Config) (*Controller, error) {
 	// Its list and watch retry promptly while the API server is away, so pods bound
 	// after an outage are seen within a second of its return (cacheutil).
 	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		lw := cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), func(o *metav1.ListOptions) { o.FieldSelector = onNode })
-		return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync, cache.Indexers{})
+		return podInformer(client, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), resync, cache.Indexers{})
 	})
 	if err := podInformer.SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)

@@ -209,11 +209,16 @@ func eachField(raw []byte, fn func(num protowire.Number, whole []byte) bool) {
 	}
 }
 
-// compactTransform is the pod informer's transform: every pod it receives is
-// stored, and handed to the event handlers, as a *cachedPod. Anything else (a
-// tombstone carries an object already transformed) passes unchanged.
+// compactTransform is the pod informer's transform: every pod it receives,
+// read encoded (rawPod) or decoded (a clientset without a REST client of its
+// own, client-go's fakes), is stored, and handed to the event handlers, as a
+// *cachedPod. Anything else (a tombstone carries an object already
+// transformed) passes unchanged.
 func compactTransform(obj any) (any, error) {
-	if p, ok := obj.(*corev1.Pod); ok {
+	switch p := obj.(type) {
+	case *rawPod:
+		return compactRaw(p), nil
+	case *corev1.Pod:
 		return compact(p)
 	}
 	return obj, nil

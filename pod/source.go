@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -39,8 +37,7 @@ const byNode = "node"
 // resync re-delivers every pod to its node's Controller this often (0: never).
 func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, error) {
 	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
-	lw := cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), func(o *metav1.ListOptions) { o.FieldSelector = bound })
-	informer := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync, cache.Indexers{byNode: nodeIndex})
+	informer := podInformer(client, bound, resync, cache.Indexers{byNode: nodeIndex})
 	if err := informer.SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}

@@ -1,0 +1,282 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/podpack"
+)
+
+// The pod watch reads pods as the API server encoded them, not decoded.
+//
+// The informer keeps each pod as a cachedPod, whose packed form is the pod's
+// protobuf encoding compressed. Through client-go's typed client every watch
+// event was decoded into a corev1.Pod and then encoded again to be packed: both
+// for an object of which the cache reads six fields. A node agent's busiest
+// path is that watch (every create, status write and delete of its pods comes
+// back through it), and the two steps were about a tenth of its CPU under load.
+//
+// So the pod informer lists and watches through a REST client whose decoder
+// turns a protobuf Pod into a rawPod: its metadata decoded (which the
+// informer's bookkeeping reads: name, namespace, resourceVersion, and the
+// annotations of the bookmark that ends a streamed list), the rest left as
+// bytes. Managed fields are dropped from the bytes on the way, as they were
+// from the decoded pod. Everything else (Status objects of errors, other
+// kinds) is decoded as before.
+
+// rawPod is a pod as the pod informer receives it: its metadata decoded,
+// without labels, owner references, finalizers and managed fields (no one
+// reads them before compactRaw), and its whole protobuf encoding, without
+// managed fields.
+type rawPod struct {
+	metav1.ObjectMeta
+	raw []byte
+}
+
+func (p *rawPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *rawPod) DeepCopyObject() runtime.Object {
+	return &rawPod{ObjectMeta: *p.ObjectMeta.DeepCopy(), raw: append([]byte(nil), p.raw...)}
+}
+
+// rawPodList is a PodList of rawPods.
+type rawPodList struct {
+	metav1.ListMeta
+	Items []rawPod
+}
+
+func (l *rawPodList) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (l *rawPodList) DeepCopyObject() runtime.Object {
+	out := &rawPodList{ListMeta: *l.ListMeta.DeepCopy(), Items: make([]rawPod, len(l.Items))}
+	for i := range l.Items {
+		out.Items[i] = *l.Items[i].DeepCopyObject().(*rawPod)
+	}
+	return out
+}
+
+// Field numbers in k8s.io/api's and apimachinery's generated.proto.
+const (
+	unknownTypeMetaField  = 1 // runtime.Unknown
+	unknownRawField       = 2
+	typeMetaKindField     = 2 // runtime.TypeMeta
+	listMetadataField     = 1 // PodList
+	listItemsField        = 2
+	metaOwnerRefsField    = 13 // ObjectMeta (labels and annotations: podcache.go)
+	metaFinalizersField   = 14
+	metaManagedFieldsFld  = 17
+	specNodeNameField     = 10 // PodSpec
+	specEphemeralField    = 34
+	statusPhaseField      = 1 // PodStatus
+	protobufEnvelopeMagic = "k8s\x00"
+)
+
+// rawPodDecoder decodes protobuf Pods and PodLists into rawPods and
+// rawPodLists, and anything else with next.
+type rawPodDecoder struct {
+	runtime.Serializer // next: the standard protobuf serializer
+}
+
+func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	kind, raw, ok := envelope(data)
+	if !ok || (kind != "Pod" && kind != "PodList") {
+		return d.Serializer.Decode(data, defaults, into)
+	}
+	gvk := &schema.GroupVersionKind{Version: "v1", Kind: kind}
+	if kind == "Pod" {
+		p, ok := into.(*rawPod)
+		if !ok {
+			p = &rawPod{}
+		}
+		if err := p.decode(raw); err != nil {
+			return nil, gvk, err
+		}
+		return p, gvk, nil
+	}
+	l, ok := into.(*rawPodList)
+	if !ok {
+		l = &rawPodList{}
+	}
+	*l = rawPodList{}
+	var err error
+	eachField(raw, func(num protowire.Number, whole []byte) bool {
+		switch num {
+		case listMetadataField:
+			err = l.ListMeta.Unmarshal(value(whole))
+		case listItemsField:
+			l.Items = append(l.Items, rawPod{})
+			err = l.Items[len(l.Items)-1].decode(value(whole))
+		}
+		return err == nil
+	})
+	if err != nil {
+		return nil, gvk, fmt.Errorf("decoding a PodList: %w", err)
+	}
+	return l, gvk, nil
+}
+
+// envelope returns the kind and the encoding of the object in a protobuf
+// envelope (the magic number, then a runtime.Unknown); ok is false if data
+// is not one.
+func envelope(data []byte) (kind string, raw []byte, ok bool) {
+	rest, found := cutPrefix(data, protobufEnvelopeMagic)
+	if !found {
+		return "", nil, false
+	}
+	eachField(rest, func(num protowire.Number, whole []byte) bool {
+		switch num {
+		case unknownTypeMetaField:
+			kind = string(field(value(whole), typeMetaKindField))
+		case unknownRawField:
+			raw, ok = value(whole), true
+		}
+		return true
+	})
+	return kind, raw, ok
+}
+
+func cutPrefix(b []byte, prefix string) ([]byte, bool) {
+	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
+		return nil, false
+	}
+	return b[len(prefix):], true
+}
+
+// decode sets p from the encoding of a Pod: a copy of it without managed
+// fields, and the metadata the informer reads.
+func (p *rawPod) decode(pod []byte) error {
+	*p = rawPod{}
+	out := make([]byte, 0, len(pod))
+	var light []byte // the metadata fields ObjectMeta is decoded from
+	eachField(pod, func(num protowire.Number, whole []byte) bool {
+		if num != podMetadataField {
+			out = append(out, whole...)
+			return true
+		}
+		meta := value(whole)
+		kept := make([]byte, 0, len(meta))
+		eachField(meta, func(num protowire.Number, whole []byte) bool {
+			switch num {
+			case metaManagedFieldsFld:
+			case metaLabelsField, metaOwnerRefsField, metaFinalizersField:
+				kept = append(kept, whole...)
+			default:
+				kept = append(kept, whole...)
+				light = append(light, whole...)
+			}
+			return true
+		})
+		out = protowire.AppendTag(out, podMetadataField, protowire.BytesType)
+		out = protowire.AppendBytes(out, kept)
+		return true
+	})
+	if err := p.ObjectMeta.Unmarshal(light); err != nil {
+		return fmt.Errorf("decoding a pod's metadata: %w", err)
+	}
+	p.raw = out
+	return nil
+}
+
+// compactRaw is compact for a pod received encoded.
+func compactRaw(p *rawPod) *cachedPod {
+	statusHash, specHash := fingerprints(p.raw)
+	spec, status := field(p.raw, podSpecField), field(p.raw, podStatusField)
+	phase := corev1.PodPhase(field(status, statusPhaseField))
+	return &cachedPod{
+		Namespace: p.Namespace, Name: p.Name, NodeName: string(field(spec, specNodeNameField)),
+		UID: p.UID, ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
+		terminal:   phase == corev1.PodSucceeded || phase == corev1.PodFailed,
+		statusHash: statusHash,
+		specHash:   specHash,
+		ephemeral:  field(spec, specEphemeralField) != nil,
+		packed:     podpack.PackEncoded(p.raw),
+	}
+}
+
+// rawPods lists and watches pods as rawPods, through a REST client of its own
+// that shares the clientset's HTTP client and rate limiter.
+type rawPods struct{ rest *rest.RESTClient }
+
+// newRawPods returns rawPods for the clientset's API server, or false if the
+// clientset has no REST client to share (client-go's fakes): its pods are then
+// read decoded.
+func newRawPods(client kubernetes.Interface) (*rawPods, bool) {
+	rc, ok := client.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil || rc.Client == nil {
+		return nil, false
+	}
+	u := rc.Get().URL() // the base URL and the API path: …/api/v1
+	base := &url.URL{Scheme: u.Scheme, Host: u.Host, User: u.User}
+	var info runtime.SerializerInfo
+	for _, i := range scheme.Codecs.WithoutConversion().SupportedMediaTypes() {
+		if i.MediaType == runtime.ContentTypeProtobuf {
+			info = i
+		}
+	}
+	if info.Serializer == nil || info.StreamSerializer == nil {
+		return nil, false
+	}
+	info.Serializer = rawPodDecoder{info.Serializer}
+	gv := corev1.SchemeGroupVersion
+	c, err := rest.NewRESTClient(base, u.Path, rest.ClientContentConfig{
+		AcceptContentTypes: runtime.ContentTypeProtobuf,
+		ContentType:        runtime.ContentTypeProtobuf,
+		GroupVersion:       gv,
+		Negotiator:         runtime.NewClientNegotiator(runtime.NewSimpleNegotiatedSerializer(info), gv),
+	}, rc.GetRateLimiter(), rc.Client)
+	if err != nil {
+		return nil, false
+	}
+	return &rawPods{rest: c}, true
+}
+
+func timeoutOf(o metav1.ListOptions) time.Duration {
+	if o.TimeoutSeconds == nil {
+		return 0
+	}
+	return time.Duration(*o.TimeoutSeconds) * time.Second
+}
+
+// List lists pods (of all namespaces) as the typed client does.
+func (r *rawPods) List(ctx context.Context, o metav1.ListOptions) (*rawPodList, error) {
+	out := &rawPodList{}
+	err := r.rest.Get().Resource("pods").VersionedParams(&o, scheme.ParameterCodec).
+		Timeout(timeoutOf(o)).Do(ctx).Into(out)
+	return out, err
+}
+
+// Watch watches pods (of all namespaces) as the typed client does.
+func (r *rawPods) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	o.Watch = true
+	return r.rest.Get().Resource("pods").VersionedParams(&o, scheme.ParameterCodec).
+		Timeout(timeoutOf(o)).Watch(ctx)
+}
+
+// podInformer returns an informer of the pods selected by selector (a field
+// selector), read encoded where the clientset allows. Its transform must be
+// compactTransform.
+func podInformer(client kubernetes.Interface, selector string, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+	tweak := func(o *metav1.ListOptions) { o.FieldSelector = selector }
+	var informer cache.SharedIndexInformer
+	if raw, ok := newRawPods(client); ok {
+		informer = cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, raw, tweak), &rawPod{}, resync, indexers)
+	} else {
+		informer = cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak), &corev1.Pod{}, resync, indexers)
+	}
+	return informer
+}
