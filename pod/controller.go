@@ -80,6 +80,9 @@ type Config struct {
 // Controller syncs the pods bound to one node with a provider.
 type Controller struct {
 	client   kubernetes.Interface
+	// rawPods writes pod statuses and reads the pod written back encoded; nil
+	// for a clientset without a REST client (client-go's fakes).
+	rawPods *rawPods
 	nodeName string
 	provider provider.PodLifecycleHandler
 	// notifier is the provider as a PodNotifier, nil if it must be polled.
@@ -163,6 +166,7 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		client:        cfg.Client,
+		rawPods:       rawPodsOf(cfg.Client),
 		nodeName:      cfg.NodeName,
 		provider:      cfg.Provider,
 		source:        cfg.Source,
@@ -317,7 +321,8 @@ func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 	c.handlePod(newObj)
 	old, ok1 := oldObj.(*cachedPod)
 	p, ok2 := newObj.(*cachedPod)
-	if ok1 && ok2 && old.statusHash != p.statusHash && !p.terminal && p.DeletionTimestamp == nil {
+	if ok1 && ok2 && old.statusHash != p.statusHash && !p.terminal && p.DeletionTimestamp == nil &&
+		c.state.get(p.key()).writtenStatus != p.statusHash {
 		c.statusQueue.Add(p.key())
 	}
 }

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -95,7 +94,7 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 	}
 	done := c.metrics.observeStatusWrite()
 	pctx, span := c.startSpan(ctx, spanPatch, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
-	err = c.patchStatus(pctx, p.Namespace, p.Name, patch)
+	written, err := c.patchStatus(pctx, p.Namespace, p.Name, patch)
 	endSpan(span, err)
 	done(err)
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -104,6 +103,9 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 	if err != nil {
 		return fmt.Errorf("patching status of %s: %w", keyOf(p), err)
 	}
+	// The write comes back through the watch: knowing its status there, the
+	// update handler does not check it against the provider again.
+	c.state.updateIfExists(keyOf(p), func(s *podState) { s.writtenStatus = written })
 	return nil
 }
 
@@ -111,14 +113,22 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 // The API server's answer, the whole pod, is not decoded: the informer brings the
 // pod anyway, and decoding it took a tenth of the node's CPU per pod start
 // (vkubelet bench).
-func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) error {
-	if rc, ok := c.client.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil {
-		return rc.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").
-			Name(name).SubResource("status").Body(patch).Do(ctx).Error()
+// It returns the fingerprint of the status the API server stored (cachedPod's
+// statusHash), read from the pod it answers with, or 0 if it is not known.
+func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
+	if c.rawPods != nil {
+		var written rawPod
+		err := c.rawPods.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").
+			Name(name).SubResource("status").Body(patch).Do(ctx).Into(&written)
+		if err != nil {
+			return 0, err
+		}
+		status, _ := fingerprints(written.raw)
+		return status, nil
 	}
 	// client-go's fake clientsets have no REST client.
 	_, err := c.client.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	return err
+	return 0, err
 }
 
 // deleteHandler stops a pod the API is deleting (or has deleted) and, once the

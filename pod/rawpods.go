@@ -245,6 +245,12 @@ func newRawPods(client kubernetes.Interface) (*rawPods, bool) {
 	return &rawPods{rest: c}, true
 }
 
+// rawPodsOf is newRawPods without the flag.
+func rawPodsOf(client kubernetes.Interface) *rawPods {
+	r, _ := newRawPods(client)
+	return r
+}
+
 func timeoutOf(o metav1.ListOptions) time.Duration {
 	if o.TimeoutSeconds == nil {
 		return 0

@@ -33,6 +33,10 @@ type podState struct {
 	// volumesStale is set when an object the pod references changed, or one of its
 	// tokens is due for refresh, since volumes were resolved.
 	volumesStale bool
+	// writtenStatus is the fingerprint (cachedPod's statusHash) of the status
+	// last written to the API, 0 if unknown: an update of the pod that brings
+	// exactly it is the write coming back, with nothing to check.
+	writtenStatus uint64
 	// startTrace is the recorded sync span that created the pod in the provider,
 	// until the first status write continues its trace; zero when not traced.
 	startTrace trace.SpanContext
