@@ -79,10 +79,10 @@ type Config struct {
 
 // Controller syncs the pods bound to one node with a provider.
 type Controller struct {
-	client   kubernetes.Interface
+	client kubernetes.Interface
 	// rawPods writes pod statuses and reads the pod written back encoded; nil
 	// for a clientset without a REST client (client-go's fakes).
-	rawPods *rawPods
+	rawPods  *rawPods
 	nodeName string
 	provider provider.PodLifecycleHandler
 	// notifier is the provider as a PodNotifier, nil if it must be polled.
