@@ -166,7 +166,6 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		client:        cfg.Client,
-		rawPods:       rawPodsOf(cfg.Client),
 		nodeName:      cfg.NodeName,
 		provider:      cfg.Provider,
 		source:        cfg.Source,
@@ -205,6 +204,11 @@ func NewController(cfg Config) (*Controller, error) {
 		UpdateFunc: c.handleUpdatedPod,
 		DeleteFunc: c.handleDeletedPod,
 	}
+	if cfg.Source != nil && cfg.Source.rawPods.sharedBy(cfg.Client) {
+		c.rawPods = cfg.Source.rawPods
+	} else {
+		c.rawPods = rawPodsOf(cfg.Client)
+	}
 	if cfg.Source != nil {
 		c.pods = podCache{indexer: cfg.Source.informer.GetIndexer(), node: cfg.NodeName}
 		c.podsSynced = cfg.Source.informer.HasSynced
@@ -216,7 +220,7 @@ func NewController(cfg Config) (*Controller, error) {
 	// Its list and watch retry promptly while the API server is away, so pods bound
 	// after an outage are seen within a second of its return (cacheutil).
 	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return podInformer(client, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), resync, cache.Indexers{})
+		return podInformer(client, c.rawPods, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), resync, cache.Indexers{})
 	})
 	if err := podInformer.SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)

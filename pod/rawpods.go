@@ -210,7 +210,19 @@ func compactRaw(p *rawPod) *cachedPod {
 
 // rawPods lists and watches pods as rawPods, through a REST client of its own
 // that shares the clientset's HTTP client and rate limiter.
-type rawPods struct{ rest *rest.RESTClient }
+type rawPods struct {
+	rest *rest.RESTClient
+	// of is the clientset's REST client, whose HTTP client and rate limiter
+	// rest shares.
+	of *rest.RESTClient
+}
+
+// sharedBy reports whether r reads for client, so that a node with the same
+// client as its Source can share r.
+func (r *rawPods) sharedBy(client kubernetes.Interface) bool {
+	rc, ok := client.CoreV1().RESTClient().(*rest.RESTClient)
+	return r != nil && ok && rc == r.of
+}
 
 // newRawPods returns rawPods for the clientset's API server, or false if the
 // clientset has no REST client to share (client-go's fakes): its pods are then
@@ -242,7 +254,7 @@ func newRawPods(client kubernetes.Interface) (*rawPods, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &rawPods{rest: c}, true
+	return &rawPods{rest: c, of: rc}, true
 }
 
 // rawPodsOf is newRawPods without the flag.
@@ -274,15 +286,12 @@ func (r *rawPods) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interf
 }
 
 // podInformer returns an informer of the pods selected by selector (a field
-// selector), read encoded where the clientset allows. Its transform must be
-// compactTransform.
-func podInformer(client kubernetes.Interface, selector string, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+// selector), read encoded through raw, or decoded through client if raw is
+// nil. Its transform must be compactTransform.
+func podInformer(client kubernetes.Interface, raw *rawPods, selector string, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
 	tweak := func(o *metav1.ListOptions) { o.FieldSelector = selector }
-	var informer cache.SharedIndexInformer
-	if raw, ok := newRawPods(client); ok {
-		informer = cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, raw, tweak), &rawPod{}, resync, indexers)
-	} else {
-		informer = cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak), &corev1.Pod{}, resync, indexers)
+	if raw != nil {
+		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, raw, tweak), &rawPod{}, resync, indexers)
 	}
-	return informer
+	return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak), &corev1.Pod{}, resync, indexers)
 }

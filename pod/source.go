@@ -26,6 +26,10 @@ import (
 // (a Controller without a Source).
 type Source struct {
 	informer cache.SharedIndexInformer
+	// rawPods is what the Source reads with, if not client-go's fakes; a
+	// Controller with the same client shares it (a REST client of its own
+	// costs a node about a KiB).
+	rawPods *rawPods
 	// router hands each node's events to its Controller.
 	router *cacheutil.Router
 }
@@ -37,11 +41,12 @@ const byNode = "node"
 // resync re-delivers every pod to its node's Controller this often (0: never).
 func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, error) {
 	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
-	informer := podInformer(client, bound, resync, cache.Indexers{byNode: nodeIndex})
+	raw := rawPodsOf(client)
+	informer := podInformer(client, raw, bound, resync, cache.Indexers{byNode: nodeIndex})
 	if err := informer.SetTransform(compactTransform); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
-	s := &Source{informer: informer, router: cacheutil.NewRouter(podNode)}
+	s := &Source{informer: informer, router: cacheutil.NewRouter(podNode), rawPods: raw}
 	if _, err := informer.AddEventHandler(s.router.Handler()); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
