@@ -325,10 +325,26 @@ func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 	c.handlePod(newObj)
 	old, ok1 := oldObj.(*cachedPod)
 	p, ok2 := newObj.(*cachedPod)
-	if ok1 && ok2 && old.statusHash != p.statusHash && !p.terminal && p.DeletionTimestamp == nil &&
-		c.state.get(p.key()).writtenStatus != p.statusHash {
+	if ok1 && ok2 && old.statusHash != p.statusHash && !p.terminal && p.DeletionTimestamp == nil && !c.ownStatus(p) {
 		c.statusQueue.Add(p.key())
 	}
+}
+
+// ownStatus reports whether p's status is the one the controller wrote last,
+// coming back through the watch: there is nothing to check. While a write is
+// in flight the update may be its answer, which the watch can bring before the
+// write returns; the writer then decides (writeStatus).
+func (c *Controller) ownStatus(p *cachedPod) bool {
+	own := false
+	c.state.updateIfExists(p.key(), func(s *podState) {
+		switch {
+		case s.writing:
+			s.updatedWhileWriting, own = true, true
+		case s.writtenStatus == p.statusHash:
+			own = true
+		}
+	})
+	return own
 }
 
 // handleDeletedPod reacts to a pod gone from the API: the provider must stop it.

@@ -94,18 +94,31 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 	}
 	done := c.metrics.observeStatusWrite()
 	pctx, span := c.startSpan(ctx, spanPatch, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
+	key := keyOf(p)
+	c.state.updateIfExists(key, func(s *podState) { s.writing, s.updatedWhileWriting = true, false })
 	written, err := c.patchStatus(pctx, p.Namespace, p.Name, patch)
 	endSpan(span, err)
 	done(err)
+	// The write comes back through the watch: knowing its status there, the
+	// update handler does not check it against the provider again (ownStatus).
+	// An update seen during the write is checked unless the pod now cached has
+	// the status written.
+	recheck := false
+	c.state.updateIfExists(key, func(s *podState) {
+		recheck = s.updatedWhileWriting
+		s.writing, s.updatedWhileWriting, s.writtenStatus = false, false, written
+	})
+	if recheck {
+		if cur, cerr := c.pods.getCached(p.Namespace, p.Name); err != nil || written == 0 || cerr != nil || cur.statusHash != written {
+			c.statusQueue.Add(key)
+		}
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // the pod is gone or was replaced; its successor gets its own sync
 	}
 	if err != nil {
-		return fmt.Errorf("patching status of %s: %w", keyOf(p), err)
+		return fmt.Errorf("patching status of %s: %w", key, err)
 	}
-	// The write comes back through the watch: knowing its status there, the
-	// update handler does not check it against the provider again.
-	c.state.updateIfExists(keyOf(p), func(s *podState) { s.writtenStatus = written })
 	return nil
 }
 

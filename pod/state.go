@@ -37,6 +37,9 @@ type podState struct {
 	// last written to the API, 0 if unknown: an update of the pod that brings
 	// exactly it is the write coming back, with nothing to check.
 	writtenStatus uint64
+	// writing is set while a status write is in flight, and
+	// updatedWhileWriting when an update of the pod's status came meanwhile.
+	writing, updatedWhileWriting bool
 	// startTrace is the recorded sync span that created the pod in the provider,
 	// until the first status write continues its trace; zero when not traced.
 	startTrace trace.SpanContext
