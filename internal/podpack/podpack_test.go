@@ -1,9 +1,14 @@
 package podpack
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -56,10 +61,60 @@ func TestATypicalPodPacksSmall(t *testing.T) {
 	}
 }
 
+// textPod is a pod with much text of its own, which the dictionary cannot
+// have: 40 long environment values, about 6 KiB encoded.
+func textPod() *corev1.Pod {
+	p := aPod(3)
+	words := strings.Fields("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu")
+	for i := range 40 {
+		var v strings.Builder
+		for j := 0; v.Len() < 85; j++ {
+			fmt.Fprintf(&v, "%s-%d/", words[(i*7+j*3)%len(words)], (i*31+j*17)%1000)
+		}
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%02d_VALUE", i), Value: v.String()})
+	}
+	return p
+}
+
+// A pod whose text the dictionary does not have still packs, on what repeats
+// within it, to well under its encoding.
+func TestAPodWithTextOfItsOwnPacksToLessThanHalf(t *testing.T) {
+	p := textPod()
+	raw, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := PackEncoded(raw)
+	t.Logf("encoded %d bytes, packed %d", len(raw), len(packed))
+	if len(packed)*2 > len(raw) {
+		t.Errorf("a pod of %d bytes with much text of its own packed to %d, more than half", len(raw), len(packed))
+	}
+	got, err := Unpack(packed)
+	if err != nil || !equality.Semantic.DeepEqual(got, p) {
+		t.Errorf("the pod came back as %+v, %v", got, err)
+	}
+}
+
 func TestBytesThatAreNotAPackedPodAreAnError(t *testing.T) {
 	raw, _ := aPod(1).Marshal()
 	if _, err := Unpack(raw); err == nil {
 		t.Error("a pod's plain encoding unpacked without an error")
+	}
+	if _, err := Unpack(nil); err == nil {
+		t.Error("no bytes at all unpacked without an error")
+	}
+	// Bytes that claim more than any pod encodes to are refused before
+	// anything is allocated for them.
+	huge := binary.AppendUvarint(nil, maxEncodedPod+1)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := UnpackEncoded(huge, func([]byte) error { return nil })
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Error("bytes claiming more than any pod encodes to unpacked without an error")
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("refusing bytes that claim %d bytes allocated %d", maxEncodedPod+1, n)
 	}
 }
 
@@ -85,6 +140,46 @@ func TestPackAndUnpackConcurrently(t *testing.T) {
 	wg.Wait()
 }
 
+// FuzzPackEncoded packs any bytes, not only a pod's encoding: they come back
+// the same.
+func FuzzPackEncoded(f *testing.F) {
+	for _, p := range []*corev1.Pod{aPod(1), textPod(), {}} {
+		raw, _ := p.Marshal()
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		packed := PackEncoded(raw)
+		if err := UnpackEncoded(packed, func(got []byte) error {
+			if !bytes.Equal(got, raw) {
+				t.Errorf("%d bytes came back as %d different ones", len(raw), len(got))
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("unpacking what was just packed: %v", err)
+		}
+	})
+}
+
+// FuzzUnpackEncoded unpacks bytes that were not packed: an error, or some bytes,
+// never a panic nor an allocation beyond maxEncodedPod.
+func FuzzUnpackEncoded(f *testing.F) {
+	for _, p := range []*corev1.Pod{aPod(1), {}} {
+		raw, _ := p.Marshal()
+		f.Add(raw)
+		packed := PackEncoded(raw)
+		f.Add(packed)
+		f.Add(packed[:len(packed)/2])
+	}
+	f.Fuzz(func(t *testing.T, packed []byte) {
+		_ = UnpackEncoded(packed, func(raw []byte) error {
+			if len(raw) > maxEncodedPod {
+				t.Errorf("unpacked %d bytes, more than maxEncodedPod", len(raw))
+			}
+			return nil
+		})
+	})
+}
+
 func BenchmarkPack(b *testing.B) {
 	p := aPod(7)
 	raw, _ := p.Marshal()
@@ -101,5 +196,71 @@ func BenchmarkUnpack(b *testing.B) {
 		if _, err := Unpack(packed); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// evict touches 4 MiB of memory that is not the codec's, more than this
+// machine's L2 cache, so that what the codec reads next comes from further
+// away: a pack in a busy process, between other work, is not the loop of a
+// microbenchmark.
+func evict() {
+	for i := 0; i < len(evictee); i += 64 {
+		evictee[i]++
+	}
+}
+
+var evictee = make([]byte, 4<<20)
+
+// BenchmarkPackCold times packs alone, each after evict; the time per pack is
+// reported as cold-ns/op (ns/op includes the eviction).
+func BenchmarkPackCold(b *testing.B) {
+	raw, _ := aPod(7).Marshal()
+	benchmarkCold(b, func() { PackEncoded(raw) })
+}
+
+// BenchmarkUnpackCold is BenchmarkPackCold's unpacking, without the protobuf
+// decoding.
+func BenchmarkUnpackCold(b *testing.B) {
+	packed, _ := Pack(aPod(7))
+	benchmarkCold(b, func() {
+		if err := UnpackEncoded(packed, func([]byte) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func benchmarkCold(b *testing.B, op func()) {
+	op() // the dictionary's table, made once
+	var spent time.Duration
+	n := 0
+	for b.Loop() {
+		evict()
+		start := time.Now()
+		op()
+		spent += time.Since(start)
+		n++
+	}
+	b.ReportMetric(float64(spent.Nanoseconds())/float64(n), "cold-ns/op")
+}
+
+// BenchmarkPackOnANewGoroutine is a pack on a goroutine that never packed
+// before, as each of the pod controller's syncs is: its stack grows for S2's
+// 64 KiB frame. BenchmarkNewGoroutine is the same without the pack.
+func BenchmarkPackOnANewGoroutine(b *testing.B) {
+	raw, _ := aPod(7).Marshal()
+	benchmarkOnANewGoroutine(b, func() { PackEncoded(raw) })
+}
+
+func BenchmarkNewGoroutine(b *testing.B) { benchmarkOnANewGoroutine(b, func() {}) }
+
+func benchmarkOnANewGoroutine(b *testing.B, op func()) {
+	b.ReportAllocs()
+	for b.Loop() {
+		done := make(chan struct{})
+		go func() {
+			op()
+			close(done)
+		}()
+		<-done
 	}
 }
