@@ -123,11 +123,10 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 }
 
 // patchStatus sends a strategic-merge patch to the status subresource of a pod.
-// The API server's answer, the whole pod, is not decoded: the informer brings the
-// pod anyway, and decoding it took a tenth of the node's CPU per pod start
-// (vkubelet bench).
-// It returns the fingerprint of the status the API server stored (cachedPod's
-// statusHash), read from the pod it answers with, or 0 if it is not known.
+// The API server answers with the whole pod, which is not decoded (the informer
+// brings the pod anyway, and decoding it took a tenth of the node's CPU per pod
+// start, vkubelet bench): read encoded, it gives the fingerprint of the status
+// stored (cachedPod's statusHash), which patchStatus returns; 0 if not known.
 func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
 	if c.rawPods != nil {
 		var written rawPod
