@@ -140,6 +140,29 @@ func TestPackAndUnpackConcurrently(t *testing.T) {
 	wg.Wait()
 }
 
+// PackAside packs as Pack does, from many goroutines at once.
+func TestPackAsidePacksAsPackDoes(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				p := aPod(g*100 + i)
+				aside, err := PackAside(p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				inline, _ := Pack(p)
+				if !bytes.Equal(aside, inline) {
+					t.Errorf("pod %s: PackAside gave %x, Pack %x", p.Name, aside, inline)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // FuzzPackEncoded packs any bytes, not only a pod's encoding: they come back
 // the same.
 func FuzzPackEncoded(f *testing.F) {
@@ -249,6 +272,26 @@ func benchmarkCold(b *testing.B, op func()) {
 func BenchmarkPackOnANewGoroutine(b *testing.B) {
 	raw, _ := aPod(7).Marshal()
 	benchmarkOnANewGoroutine(b, func() { PackEncoded(raw) })
+}
+
+func BenchmarkPackAsideOnANewGoroutine(b *testing.B) {
+	p := aPod(7)
+	benchmarkOnANewGoroutine(b, func() {
+		if _, err := PackAside(p); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkPackOnANewGoroutineWithMarshal is Pack where PackAside runs, for
+// comparison: both encode the pod first.
+func BenchmarkPackOnANewGoroutineWithMarshal(b *testing.B) {
+	p := aPod(7)
+	benchmarkOnANewGoroutine(b, func() {
+		if _, err := Pack(p); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 func BenchmarkNewGoroutine(b *testing.B) { benchmarkOnANewGoroutine(b, func() {}) }

@@ -191,7 +191,9 @@ func newRecord(pod *corev1.Pod) (*podRecord, error) {
 
 // setPod replaces the record's pod. Only for a record not yet stored.
 func (r *podRecord) setPod(pod *corev1.Pod) error {
-	packed, err := podpack.Pack(pod)
+	// Called on the pod controller's sync goroutines, each of which would
+	// otherwise grow its stack for the pack (podpack.PackAside).
+	packed, err := podpack.PackAside(pod)
 	if err != nil {
 		return errdefs.InvalidInput("mock: %v", err)
 	}
