@@ -113,13 +113,17 @@ type packRequest struct {
 // stop.
 var packer = sync.OnceValue(func() chan<- packRequest {
 	requests := make(chan packRequest)
-	go func() {
-		for r := range requests {
-			r.done <- PackEncoded(r.raw)
-		}
-	}()
+	go packAside(requests)
 	return requests
 })
+
+// packAside is the packing goroutine: it serves requests for the life of the
+// process (internal/testenv/leakcheck knows it by this name).
+func packAside(requests <-chan packRequest) {
+	for r := range requests {
+		r.done <- PackEncoded(r.raw)
+	}
+}
 
 // replies holds the channels PackAside waits on, one buffered slot each.
 var replies = sync.Pool{New: func() any { return make(chan []byte, 1) }}

@@ -27,6 +27,7 @@ func TestCountsOnlyOurGoroutinesOutsideTests(t *testing.T) {
 		"goroutine 10 [select]:\ngithub.com/vkubelet/vkubelet/internal/fault.proxy(...)\n\t/src/internal/fault/proxy_test.go:40 +0x1":                                                                                                                                                                                                      false,
 		"goroutine 11 [select]:\ngithub.com/vkubelet/vkubelet/internal/testenv/nodetest.Run.func1()\n\t/src/internal/testenv/nodetest/nodetest.go:35 +0x1":                                                                                                                                                                                 false,
 		"goroutine 12 [syscall]:\nos/exec.(*Cmd).Wait(0x1)\n\t/go/os/exec/exec.go:930 +0xb0\ngithub.com/vkubelet/vkubelet/internal/spawn.StartLogged.func1()\n\t/src/internal/spawn/process.go:38 +0x38\ncreated by github.com/vkubelet/vkubelet/internal/spawn.StartLogged in goroutine 2096\n\t/src/internal/spawn/process.go:37 +0x58b": false,
+		"goroutine 13 [chan receive]:\ngithub.com/vkubelet/vkubelet/internal/podpack.packAside(0x1)\n\t/src/internal/podpack/podpack.go:120 +0x8a\ncreated by github.com/vkubelet/vkubelet/internal/podpack.init.func4 in goroutine 9\n\t/src/internal/podpack/podpack.go:114 +0x9a":                                                       false,
 	} {
 		if got := counts(stack); got != want {
 			t.Errorf("counts(%q) = %v, want %v", strings.SplitN(stack, "\n", 3)[1], got, want)
