@@ -163,14 +163,14 @@ func (p *rawPod) decode(pod []byte) error {
 	*p = rawPod{}
 	out := make([]byte, 0, len(pod))
 	var light []byte // the metadata fields ObjectMeta is decoded from
-	eachField(pod, func(num protowire.Number, whole []byte) bool {
+	err := walk(pod, func(num protowire.Number, whole []byte) error {
 		if num != podMetadataField {
 			out = append(out, whole...)
-			return true
+			return nil
 		}
 		meta := value(whole)
 		kept := make([]byte, 0, len(meta))
-		eachField(meta, func(num protowire.Number, whole []byte) bool {
+		err := walk(meta, func(num protowire.Number, whole []byte) error {
 			switch num {
 			case metaManagedFieldsFld:
 			case metaLabelsField, metaOwnerRefsField, metaFinalizersField:
@@ -179,17 +179,36 @@ func (p *rawPod) decode(pod []byte) error {
 				kept = append(kept, whole...)
 				light = append(light, whole...)
 			}
-			return true
+			return nil
 		})
 		out = protowire.AppendTag(out, podMetadataField, protowire.BytesType)
 		out = protowire.AppendBytes(out, kept)
-		return true
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("reading a pod's encoding: %w", err)
+	}
 	if err := p.ObjectMeta.Unmarshal(light); err != nil {
 		return fmt.Errorf("decoding a pod's metadata: %w", err)
 	}
 	p.raw = out
 	return nil
+}
+
+// walk is eachField for bytes from the wire: a malformed field is an error,
+// not the end of the message.
+func walk(raw []byte, fn func(num protowire.Number, whole []byte) error) error {
+	var err error
+	read := 0
+	eachField(raw, func(num protowire.Number, whole []byte) bool {
+		read += len(whole)
+		err = fn(num, whole)
+		return err == nil
+	})
+	if err == nil && read != len(raw) {
+		err = fmt.Errorf("malformed protobuf field at byte %d of %d", read, len(raw))
+	}
+	return err
 }
 
 // compactRaw is compact for a pod received encoded.

@@ -1,0 +1,60 @@
+package pod
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// Bytes that are not a whole Pod are an error, not a pod with what could be
+// read: an encoding cut inside a field, at any byte. (Cut between two top-level
+// fields it is a valid, smaller pod, as protobuf has it; the envelope says
+// how long the pod is.)
+func TestATruncatedPodIsAnError(t *testing.T) {
+	p := benchPod()
+	raw, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole rawPod
+	if err := whole.decode(raw); err != nil {
+		t.Fatalf("the whole pod: %v", err)
+	}
+	boundary := map[int]bool{}
+	at := 0
+	eachField(raw, func(_ protowire.Number, f []byte) bool {
+		at += len(f)
+		boundary[at] = true
+		return true
+	})
+	for n := 1; n < len(raw); n++ {
+		if boundary[n] {
+			continue
+		}
+		var rp rawPod
+		if err := rp.decode(raw[:n]); err == nil {
+			t.Fatalf("the first %d of %d bytes decoded as a pod", n, len(raw))
+		}
+	}
+}
+
+// Anything but a Pod or a PodList is decoded as before, by the standard
+// serializer.
+func TestOtherKindsAreDecodedAsBefore(t *testing.T) {
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	cm := &corev1.ConfigMap{Data: map[string]string{"a": "b"}}
+	cm.Kind, cm.APIVersion = "ConfigMap", "v1"
+	var b strings.Builder
+	if err := info.Serializer.Encode(cm, &b); err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := rawPodDecoder{info.Serializer}.Decode([]byte(b.String()), nil, nil)
+	if got, ok := obj.(*corev1.ConfigMap); err != nil || !ok || got.Data["a"] != "b" {
+		t.Fatalf("decoded a ConfigMap as %T %v, %v", obj, obj, err)
+	}
+}
