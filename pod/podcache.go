@@ -113,16 +113,26 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	return cachedFrom(&p.ObjectMeta, raw), nil
+}
+
+// cachedFrom makes the cachedPod of a pod from its metadata and its encoding
+// (managed fields dropped), which gives the rest: the spec's node name and
+// ephemeral containers, the status's phase, both fingerprints and the packed
+// pod. Pods read decoded (compact) and encoded (compactRaw) go through it.
+func cachedFrom(meta *metav1.ObjectMeta, raw []byte) *cachedPod {
 	statusHash, specHash := fingerprints(raw)
+	spec, status := field(raw, podSpecField), field(raw, podStatusField)
+	phase := corev1.PodPhase(field(status, statusPhaseField))
 	return &cachedPod{
-		Namespace: p.Namespace, Name: p.Name, NodeName: p.Spec.NodeName, UID: p.UID,
-		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
-		terminal:   isTerminal(&p.Status),
+		Namespace: meta.Namespace, Name: meta.Name, NodeName: string(field(spec, specNodeNameField)),
+		UID: meta.UID, ResourceVersion: meta.ResourceVersion, DeletionTimestamp: meta.DeletionTimestamp,
+		terminal:   phase == corev1.PodSucceeded || phase == corev1.PodFailed,
 		statusHash: statusHash,
 		specHash:   specHash,
-		ephemeral:  len(p.Spec.EphemeralContainers) > 0,
+		ephemeral:  field(spec, specEphemeralField) != nil,
 		packed:     podpack.PackEncoded(raw),
-	}, nil
+	}
 }
 
 // Field numbers in the protobuf encodings of Pod and ObjectMeta (k8s.io/api's

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vkubelet/vkubelet/internal/cacheutil"
-	"github.com/vkubelet/vkubelet/internal/podpack"
 )
 
 // The pod watch reads pods as the API server encoded them, not decoded.
@@ -212,20 +211,7 @@ func walk(raw []byte, fn func(num protowire.Number, whole []byte) error) error {
 }
 
 // compactRaw is compact for a pod received encoded.
-func compactRaw(p *rawPod) *cachedPod {
-	statusHash, specHash := fingerprints(p.raw)
-	spec, status := field(p.raw, podSpecField), field(p.raw, podStatusField)
-	phase := corev1.PodPhase(field(status, statusPhaseField))
-	return &cachedPod{
-		Namespace: p.Namespace, Name: p.Name, NodeName: string(field(spec, specNodeNameField)),
-		UID: p.UID, ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
-		terminal:   phase == corev1.PodSucceeded || phase == corev1.PodFailed,
-		statusHash: statusHash,
-		specHash:   specHash,
-		ephemeral:  field(spec, specEphemeralField) != nil,
-		packed:     podpack.PackEncoded(p.raw),
-	}
-}
+func compactRaw(p *rawPod) *cachedPod { return cachedFrom(&p.ObjectMeta, p.raw) }
 
 // rawPods lists and watches pods as rawPods, through a REST client of its own
 // that shares the clientset's HTTP client and rate limiter.
