@@ -120,6 +120,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
+	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory to save the heap profiles behind the live heap figures in (KIND-idle.heap, KIND-pods.heap; the last run's), for `go tool pprof`")
 	f.BoolVar(&cfg.Remote, "remote", false, "also measure the node with the mock behind the provider protocol (vkubelet provider serve on a unix socket; the provider's own CPU and memory are not counted), in the same run")
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")

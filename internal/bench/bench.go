@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,11 @@ type Config struct {
 	Binary string
 	// AgentArgs are extra flags for the agent (e.g. --kube-api-qps).
 	AgentArgs []string
+	// HeapProfiles, if set, is a directory where the heap profiles taken with
+	// the live heap figures are saved, as KIND-idle.heap (before the pods) and
+	// KIND-pods.heap (with them Running), KIND naming the node as the results
+	// do (vkubelet, kwok, ...); each run overwrites the last one's.
+	HeapProfiles string
 	// AgentEnv are extra NAME=value environment variables for the agent (e.g.
 	// GOGC=50), on top of the benchmark's own environment.
 	AgentEnv []string
@@ -299,7 +305,7 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err != nil {
 		return nil, n.failed(err)
 	}
-	idleHeap, err := liveHeapMiB(ctx, n.metricsURL)
+	idleHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "idle"))
 	if err != nil {
 		return nil, n.failed(err)
 	}
@@ -331,7 +337,7 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 		return nil, err
 	}
 	r.RSSGrowthMiB = used.rssMiB - idle.rssMiB
-	usedHeap, err := liveHeapMiB(ctx, n.metricsURL)
+	usedHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "pods"))
 	if err != nil {
 		return nil, n.failed(err)
 	}
@@ -526,4 +532,13 @@ func waitNodeReady(ctx context.Context, c kubernetes.Interface, name string) err
 		}
 	}
 	return fmt.Errorf("node %s not Ready", name)
+}
+
+// heapProfile is where the heap profile of node kind kind taken at phase goes, or
+// "" for none.
+func heapProfile(cfg Config, kind, phase string) string {
+	if cfg.HeapProfiles == "" {
+		return ""
+	}
+	return filepath.Join(cfg.HeapProfiles, kind+"-"+phase+".heap")
 }

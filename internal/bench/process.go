@@ -143,14 +143,33 @@ func freeAddr() (string, error) {
 }
 
 // liveHeapMiB has a Go process collect garbage (its pprof heap endpoint does, with
-// gc=1) and returns its heap then, from go_memstats_heap_alloc_bytes.
-func liveHeapMiB(ctx context.Context, baseURL string) (float64, error) {
+// gc=1) and returns its heap then, from go_memstats_heap_alloc_bytes. The heap
+// profile that came with the collection is written to profile unless that is
+// empty.
+func liveHeapMiB(ctx context.Context, baseURL, profile string) (float64, error) {
 	resp, err := get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap?gc=1")
 	if err != nil {
 		return 0, fmt.Errorf("forcing a GC: %w", err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	var out io.Writer = io.Discard
+	var file *os.File
+	if profile != "" {
+		if file, err = os.Create(profile); err != nil {
+			resp.Body.Close()
+			return 0, fmt.Errorf("saving the heap profile: %w", err)
+		}
+		out = file
+	}
+	_, err = io.Copy(out, resp.Body)
 	resp.Body.Close()
+	if file != nil {
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, fmt.Errorf("saving the heap profile %s: %w", profile, err)
+		}
+	}
 	var heap float64
 	found := false
 	err = scrape(ctx, http.DefaultClient, baseURL+"/metrics", func(name string, _ map[string]string, v float64) {
