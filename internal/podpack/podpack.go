@@ -46,6 +46,8 @@ import (
 
 	"github.com/klauspost/compress/s2"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/internal/aside"
 )
 
 // maxEncodedPod bounds the length a packed pod may claim for its encoding:
@@ -83,9 +85,9 @@ func Pack(p *corev1.Pod) ([]byte, error) {
 }
 
 // PackAside is Pack for callers on goroutines that live for one task, as the
-// pod controller's syncs do: the pack runs on a goroutine of the package's,
-// whose stack has the 64 KiB S2 needs (see PackEncoded), so the caller's stack
-// does not grow to 128 KiB for it. A node agent starting pods ran hundreds of
+// pod controller's syncs do: the pack runs on the process's aside goroutine
+// (internal/aside), whose stack has the 64 KiB S2 needs (see PackEncoded), so
+// the caller's stack does not grow to 128 KiB for it. A node agent starting pods ran hundreds of
 // such goroutines at once: 29 against 6 MiB of stacks while 10,000 pods
 // started. The hand-over costs less than the stack growth it saves: 9.0 against
 // 10.7 µs for encoding and packing a pod on a new goroutine
@@ -95,38 +97,10 @@ func PackAside(p *corev1.Pod) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	done := replies.Get().(chan []byte)
-	packer() <- packRequest{raw: raw, done: done}
-	packed := <-done
-	replies.Put(done)
+	var packed []byte
+	aside.Do(func() { packed = PackEncoded(raw) })
 	return packed, nil
 }
-
-// packRequest asks the packer goroutine to pack raw and send the result on done.
-type packRequest struct {
-	raw  []byte
-	done chan<- []byte
-}
-
-// packer starts, on first use, the goroutine PackAside hands its pods to. It
-// runs for the life of the process: one goroutine, its stack, and nothing to
-// stop.
-var packer = sync.OnceValue(func() chan<- packRequest {
-	requests := make(chan packRequest)
-	go packAside(requests)
-	return requests
-})
-
-// packAside is the packing goroutine: it serves requests for the life of the
-// process (internal/testenv/leakcheck knows it by this name).
-func packAside(requests <-chan packRequest) {
-	for r := range requests {
-		r.done <- PackEncoded(r.raw)
-	}
-}
-
-// replies holds the channels PackAside waits on, one buffered slot each.
-var replies = sync.Pool{New: func() any { return make(chan []byte, 1) }}
 
 // scratch holds buffers for the bytes in between: pods are compressed into one
 // before they are copied out at their size (a packed pod is kept for long, and

@@ -199,10 +199,10 @@ func testInfrastructure(fn string) bool {
 }
 
 // processWide reports whether fn is a goroutine the process keeps for its whole
-// life, started by the first node that needs it and shared by all: podpack's
-// packing goroutine (PackAside).
+// life, started by the first node that needs it and shared by all: the
+// goroutine internal/aside runs S2's packs on.
 func processWide(fn string) bool {
-	return strings.HasPrefix(fn, "github.com/vkubelet/vkubelet/internal/podpack.packAside(")
+	return strings.HasPrefix(fn, "github.com/vkubelet/vkubelet/internal/aside.serve(")
 }
 
 // openFDs maps the process's open file descriptors to what they point at.
