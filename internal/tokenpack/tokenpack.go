@@ -1,0 +1,173 @@
+// Package tokenpack keeps service-account tokens in memory in fewer bytes.
+//
+// A node holds the bound token of every pod that mounts one (every Deployment's
+// pod does, by default) for as long as the token serves: the resolver, to hand
+// it out again when the pod's volumes are resolved anew, and a provider that
+// keeps its pods' files (the mock, for exec), to show it. A token is a JSON Web
+// Token in compact serialization: three base64url segments, header, claims and
+// signature, joined by dots. The project's control plane issues ES256 tokens of
+// about 800 bytes; RSA keys, the usual ones elsewhere, make them about 1,100.
+//
+// Most of those bytes are alike from one token to the next. The tokens of one
+// API server share their header. The claims are JSON whose keys, issuer,
+// audience, namespace and service account recur; what is the token's own is a
+// few names, four UIDs and four times. Only the signature is as random as its
+// bytes, which base64 writes in a third more. So a Token keeps the header
+// interned (one copy per distinct header in the process), the claims decoded
+// and compressed with S2 against a dictionary that is a typical bound token's
+// claims, and the signature decoded: a token of 792 bytes from the project's
+// control plane is kept in about 280.
+//
+// Bytes rebuilds the token byte for byte. Pack checks that it does and keeps
+// anything it cannot rebuild exactly as it was given: a token that is no JWT,
+// or whose base64 is not the one this package writes back.
+package tokenpack
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"unique"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/vkubelet/vkubelet/internal/aside"
+)
+
+// Token is a token kept packed. The zero Token is the empty one.
+type Token struct {
+	// header is the token's first segment, as given; zero when body is the
+	// whole token as given.
+	header unique.Handle[string]
+	// body is the signature's length (uvarint), the signature, and the claims'
+	// JSON compressed with S2 against dict.
+	body []byte
+}
+
+// b64 is the base64 of JWTs: URL alphabet, no padding. Strict decoding refuses
+// stray bits in the last character, so that a decoded segment encodes back to
+// the same text.
+var (
+	b64       = base64.RawURLEncoding
+	b64Strict = base64.RawURLEncoding.Strict()
+)
+
+// claimsSkeleton is a bound service-account token's claims as kube-apiserver
+// writes them (keys sorted, no spaces), with placeholder values: the dictionary
+// the claims are compressed against.
+const claimsSkeleton = `{"aud":["https://kubernetes.default.svc.cluster.local"],` +
+	`"exp":1700000000,"iat":1700000000,"iss":"https://kubernetes.default.svc.cluster.local",` +
+	`"jti":"00000000-0000-0000-0000-000000000000","kubernetes.io":{"namespace":"default",` +
+	`"node":{"name":"node","uid":"00000000-0000-0000-0000-000000000000"},` +
+	`"pod":{"name":"pod","uid":"00000000-0000-0000-0000-000000000000"},` +
+	`"serviceaccount":{"name":"default","uid":"00000000-0000-0000-0000-000000000000"},` +
+	`"warnafter":1700000000},"nbf":1700000000,"sub":"system:serviceaccount:default:default"}`
+
+// dict is the S2 dictionary of claimsSkeleton, made on first use. Its hash
+// table (32 KiB, built on the first pack) is read by every pack, written by
+// none.
+var dict = sync.OnceValue(func() *s2.Dict {
+	d := s2.MakeDict([]byte(claimsSkeleton), nil)
+	if d == nil {
+		panic(fmt.Sprintf("tokenpack: the claims skeleton's %d bytes are no S2 dictionary", len(claimsSkeleton)))
+	}
+	return d
+})
+
+// maxClaims bounds the claims this package compresses: S2 refers to the
+// dictionary only from the first 64 KiB of a block, and no token comes near.
+// Longer ones are kept as given.
+const maxClaims = s2.MaxDictSrcOffset
+
+// Pack returns token packed. A token it cannot rebuild byte for byte is kept as
+// given, not copied: the caller must not change token afterwards, as it must
+// not change a file handed to a provider.
+//
+// The compression runs on the process's aside goroutine (internal/aside): S2
+// wants 64 KiB of stack, and Pack is called on short-lived goroutines.
+func Pack(token []byte) Token {
+	header, claims64, sig64, ok := split(token)
+	if !ok {
+		return Token{body: token}
+	}
+	claims, err := b64Strict.DecodeString(string(claims64))
+	if err != nil || len(claims) > maxClaims {
+		return Token{body: token}
+	}
+	sigLen := b64.DecodedLen(len(sig64))
+	var body []byte
+	aside.Do(func() {
+		buf := scratch.Get().(*[]byte)
+		*buf = dict().Encode((*buf)[:0], claims)
+		var length [binary.MaxVarintLen64]byte
+		k := binary.PutUvarint(length[:], uint64(sigLen))
+		body = make([]byte, 0, k+sigLen+len(*buf)) // kept for long: no spare room
+		body = append(body, length[:k]...)
+		body, err = b64Strict.AppendDecode(body, sig64)
+		body = append(body, *buf...)
+		scratch.Put(buf)
+	})
+	if err != nil {
+		return Token{body: token}
+	}
+	packed := Token{header: unique.Make(string(header)), body: body}
+	if !bytes.Equal(packed.Bytes(), token) {
+		return Token{body: token}
+	}
+	return packed
+}
+
+// scratch holds buffers the claims are compressed into before they are copied
+// into a body of their size.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// split cuts a compact JWT into its three segments, each of base64url's
+// characters only (the decoder would skip newlines; Bytes would not write them
+// back).
+func split(token []byte) (header, claims, sig []byte, ok bool) {
+	header, rest, ok1 := bytes.Cut(token, []byte{'.'})
+	claims, sig, ok2 := bytes.Cut(rest, []byte{'.'})
+	if !ok1 || !ok2 || len(header) == 0 || len(claims) == 0 {
+		return nil, nil, nil, false
+	}
+	for _, seg := range [][]byte{header, claims, sig} {
+		for _, c := range seg {
+			if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return nil, nil, nil, false
+			}
+		}
+	}
+	return header, claims, sig, true
+}
+
+// Bytes returns the token as it was packed: a new slice for a packed token, the
+// one given for a token kept as given (read-only, like the one Pack was given).
+func (t Token) Bytes() []byte {
+	if t.header == (unique.Handle[string]{}) {
+		return t.body
+	}
+	sigLen, n := binary.Uvarint(t.body)
+	sig, block := t.body[n:n+int(sigLen)], t.body[n+int(sigLen):]
+	buf := scratch.Get().(*[]byte)
+	defer scratch.Put(buf)
+	claims, err := dict().Decode((*buf)[:0], block)
+	if err != nil {
+		// Pack rebuilt the token from these bytes before it kept them.
+		panic(fmt.Sprintf("tokenpack: a packed token does not unpack: %v", err))
+	}
+	*buf = claims
+	header := t.header.Value()
+	out := make([]byte, 0, len(header)+2+b64.EncodedLen(len(claims))+b64.EncodedLen(len(sig)))
+	out = append(out, header...)
+	out = append(out, '.')
+	out = b64.AppendEncode(out, claims)
+	out = append(out, '.')
+	return b64.AppendEncode(out, sig)
+}
+
+// Size is how many bytes t keeps of its own, the shared header not counted.
+func (t Token) Size() int {
+	return len(t.body)
+}

@@ -1,0 +1,146 @@
+package tokenpack
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// boundToken makes a token shaped like kube-apiserver's bound service-account
+// tokens, with a random signature of sigLen bytes (64: ES256; 256: RS256).
+func boundToken(t testing.TB, pod string, sigLen int) []byte {
+	t.Helper()
+	header := `{"alg":"ES256","kid":"RLM1GoikbAetyF4eUbJ6CV9HX1zKWBOPjxuzFjwwfIQ"}`
+	claims := fmt.Sprintf(`{"aud":["https://kubernetes.default.svc.cluster.local"],"exp":1795669030,"iat":1795665430,`+
+		`"iss":"https://kubernetes.default.svc.cluster.local","jti":"%s","kubernetes.io":{"namespace":"shop",`+
+		`"node":{"name":"vk-7","uid":"%s"},"pod":{"name":"%s","uid":"%s"},"serviceaccount":{"name":"default","uid":"%s"},`+
+		`"warnafter":1795669037},"nbf":1795665430,"sub":"system:serviceaccount:shop:default"}`,
+		uuid(t), uuid(t), pod, uuid(t), uuid(t))
+	sig := make([]byte, sigLen)
+	if _, err := rand.Read(sig); err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	return []byte(enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims)) + "." + enc.EncodeToString(sig))
+}
+
+func uuid(t testing.TB) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func TestABoundTokenIsKeptInAThirdAndRebuiltExactly(t *testing.T) {
+	for _, sigLen := range []int{64, 256, 512} {
+		tok := boundToken(t, "web-7d9c8b5f4-x2kq9", sigLen)
+		p := Pack(tok)
+		if got := p.Bytes(); !bytes.Equal(got, tok) {
+			t.Fatalf("signature of %d bytes: Bytes() = %q, want %q", sigLen, got, tok)
+		}
+		// The signature is kept as bytes, the claims compressed, the header
+		// shared: what is left is the signature and about 250 bytes, mostly
+		// the four UUIDs and four times.
+		if max := sigLen + 260; p.Size() > max {
+			t.Errorf("signature of %d bytes: a token of %d bytes is kept in %d, want at most %d", sigLen, len(tok), p.Size(), max)
+		}
+		t.Logf("signature of %d bytes: %d bytes kept in %d", sigLen, len(tok), p.Size())
+	}
+}
+
+func TestTokensOfOneIssuerShareTheirHeader(t *testing.T) {
+	a, b := Pack(boundToken(t, "a", 64)), Pack(boundToken(t, "b", 64))
+	if a.header != b.header {
+		t.Fatal("two tokens with the same header keep it twice")
+	}
+}
+
+func TestWhatCannotBeRebuiltIsKeptAsGiven(t *testing.T) {
+	tok := boundToken(t, "a", 64)
+	h, c, s := bytes.Split(tok, []byte{'.'})[0], bytes.Split(tok, []byte{'.'})[1], bytes.Split(tok, []byte{'.'})[2]
+	join := func(parts ...[]byte) []byte { return bytes.Join(parts, []byte{'.'}) }
+	for name, in := range map[string][]byte{
+		"empty":                 {},
+		"opaque token":          []byte("s3cr3t-static-token"),
+		"two segments":          join(h, c),
+		"four segments":         join(h, c, s, s),
+		"empty header":          join(nil, c, s),
+		"padded signature":      append(join(h, c, s), '='),
+		"newline in the claims": join(h, append(append(append([]byte(nil), c[:10]...), '\n'), c[10:]...), s),
+		"standard alphabet":     join(h, c, append([]byte("+/"), s[2:]...)),
+		"stray bits at the end": join(h, c, append(append([]byte(nil), s[:len(s)-1]...), strayLast(s[len(s)-1]))),
+		"impossible length":     join(h, c, append(append([]byte(nil), s...), 'A', 'A', 'A')), // 89 characters
+	} {
+		p := Pack(in)
+		got := p.Bytes()
+		if !bytes.Equal(got, in) {
+			t.Errorf("%s: Bytes() = %q, want %q", name, got, in)
+		}
+		if len(in) > 0 && &got[0] != &in[0] {
+			t.Errorf("%s: kept as a copy, not as given", name)
+		}
+	}
+}
+
+// strayLast is the base64url character after c, which for the last character
+// of a 64-byte signature (86 characters, 4 bits of it unused) sets an unused
+// bit when c has none set.
+func strayLast(c byte) byte {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	return alphabet[(bytes.IndexByte([]byte(alphabet), c)+1)%64]
+}
+
+func TestPacksFromManyGoroutinesAtOnce(t *testing.T) {
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				tok := boundToken(t, fmt.Sprintf("p-%d-%d", i, j), 64)
+				if got := Pack(tok).Bytes(); !bytes.Equal(got, tok) {
+					t.Errorf("Bytes() = %q, want %q", got, tok)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestTheZeroTokenIsEmpty(t *testing.T) {
+	if got := (Token{}).Bytes(); len(got) != 0 {
+		t.Fatalf("Bytes() = %q", got)
+	}
+}
+
+func FuzzPack(f *testing.F) {
+	f.Add(boundToken(f, "web", 64))
+	f.Add([]byte("a.b.c"))
+	f.Add([]byte("eyJ.e30.AA"))
+	f.Add([]byte("x"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if got := Pack(in).Bytes(); !bytes.Equal(got, in) {
+			t.Fatalf("Bytes() = %q, want %q", got, in)
+		}
+	})
+}
+
+func BenchmarkPack(b *testing.B) {
+	tok := boundToken(b, "web-7d9c8b5f4-x2kq9", 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		Pack(tok)
+	}
+}
+
+func BenchmarkBytes(b *testing.B) {
+	p := Pack(boundToken(b, "web-7d9c8b5f4-x2kq9", 64))
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Bytes()
+	}
+}
