@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/tokenpack"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,9 +30,10 @@ type podToken struct {
 	serviceAccount    string
 	audience          string
 	expirationSeconds int64
-	// token is the token's bytes, shared with the volume file handed to the
-	// provider (read-only, per the provider contract): one copy per pod.
-	token []byte
+	// token is the token, packed (about a third of its bytes): it is kept for
+	// the pod's life, and each resolution hands out a copy rebuilt from it,
+	// the provider's to keep or drop.
+	token tokenpack.Token
 	// eligibleAt is when the token may be refreshed; refreshAt is when it must
 	// be, and until when it is reused. checkTokens sets refreshAt to now for the
 	// tokens it sends for refresh, so the next resolution asks for new ones.
@@ -70,9 +72,9 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {
 		for i := range p.tokens {
 			if t := &p.tokens[i]; t.is(sa, audience, exp) && now.Before(t.refreshAt) {
-				tok := t.token
+				packed := t.token
 				r.mu.Unlock()
-				return tok, nil
+				return packed.Bytes(), nil
 			}
 		}
 	}
@@ -100,7 +102,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	issued := expires.Add(-ttl)
 	tok := []byte(tr.Status.Token)
 	eligible, due, period := refreshWindow(issued, ttl)
-	entry := podToken{serviceAccount: sa, audience: audience, expirationSeconds: exp, token: tok,
+	entry := podToken{serviceAccount: sa, audience: audience, expirationSeconds: exp, token: tokenpack.Pack(tok),
 		eligibleAt: eligible, refreshAt: due, period: period}
 	r.mu.Lock()
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vkubelet/vkubelet/internal/tokenpack"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -50,7 +51,7 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 // keptResolution is what the mock keeps of a ResolvedPod: everything but the pod,
 // which the pod's record holds. It is kept for every pod the mock runs, so it is
 // smaller than a ResolvedPod: the volumes are a slice, not a map (a map of one
-// entry costs about 250 bytes), and their files are the resolver's, not copies.
+// entry costs about 250 bytes), and their files are packed (keptFile).
 type keptResolution struct {
 	uid             types.UID
 	env             map[string][]corev1.EnvVar
@@ -61,7 +62,16 @@ type keptResolution struct {
 // keptVolume is one resolved volume: its name and files.
 type keptVolume struct {
 	name  string
-	files []provider.VolumeFile
+	files []keptFile
+}
+
+// keptFile is a volume file as kept: a service-account token packed (a third
+// of its bytes, internal/tokenpack), any other file's data shared with the
+// resolver's (read-only for everyone, per the provider contract).
+type keptFile struct {
+	path string
+	mode int32
+	data tokenpack.Token
 }
 
 // keptVolumes returns volumes as kept, in no particular order.
@@ -71,21 +81,30 @@ func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
 	}
 	out := make([]keptVolume, 0, len(volumes))
 	for name, v := range volumes {
-		if v != nil {
-			out = append(out, keptVolume{name: name, files: v.Files})
+		if v == nil {
+			continue
 		}
+		files := make([]keptFile, len(v.Files))
+		for i, f := range v.Files {
+			files[i] = keptFile{path: f.Path, mode: f.Mode, data: tokenpack.Pack(f.Data)}
+		}
+		out = append(out, keptVolume{name: name, files: files})
 	}
 	return out
 }
 
-// withPod returns the resolution with the pod of rec. The environment and
-// files are shared, not copied: they are read-only for everyone.
+// withPod returns the resolution with the pod of rec. The environment and the
+// files not packed are shared, not copied: they are read-only for everyone.
 func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
 	rp := &provider.ResolvedPod{Pod: rec.pod(), Env: k.env, PullCredentials: k.pullCredentials}
 	if k.volumes != nil {
 		rp.Volumes = make(map[string]*provider.VolumeContents, len(k.volumes))
 		for _, v := range k.volumes {
-			rp.Volumes[v.name] = &provider.VolumeContents{Files: v.files}
+			files := make([]provider.VolumeFile, len(v.files))
+			for i, f := range v.files {
+				files[i] = provider.VolumeFile{Path: f.path, Mode: f.mode, Data: f.data.Bytes()}
+			}
+			rp.Volumes[v.name] = &provider.VolumeContents{Files: files}
 		}
 	}
 	return rp

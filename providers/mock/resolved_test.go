@@ -2,6 +2,7 @@ package mock
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"testing"
 
@@ -22,9 +23,26 @@ func resolvedPod() *provider.ResolvedPod {
 		Volumes: map[string]*provider.VolumeContents{"conf": {Files: []provider.VolumeFile{
 			{Path: "mode", Data: []byte("v1"), Mode: 0o644},
 			{Path: "dir/one.txt", Data: []byte("one\n"), Mode: 0o644},
+			{Path: "token", Data: []byte(testToken), Mode: 0o644},
 		}}},
 	}
 }
+
+// testToken is shaped like a bound service-account token (a JWT), which the
+// mock keeps packed.
+var testToken = func() string {
+	enc := base64.RawURLEncoding
+	sig := make([]byte, 64)
+	for i := range sig {
+		sig[i] = byte(i * 37)
+	}
+	return enc.EncodeToString([]byte(`{"alg":"ES256","kid":"k1"}`)) + "." +
+		enc.EncodeToString([]byte(`{"aud":["https://kubernetes.default.svc.cluster.local"],"exp":1795669030,"iat":1795665430,`+
+			`"iss":"https://kubernetes.default.svc.cluster.local","jti":"0af44087-cff3-4d78-ac11-b4416c3ff0f2",`+
+			`"kubernetes.io":{"namespace":"default","pod":{"name":"web","uid":"uid-1"},"serviceaccount":{"name":"default",`+
+			`"uid":"8dcad5e1-8fad-4e05-9d9c-2f27aa3f37fb"}},"nbf":1795665430,"sub":"system:serviceaccount:default:default"}`)) + "." +
+		enc.EncodeToString(sig)
+}()
 
 func exec(t *testing.T, p *Provider, cmd ...string) (string, error) {
 	t.Helper()
@@ -51,10 +69,16 @@ func TestResolvedPodIsKeptAndShownByExec(t *testing.T) {
 		{[]string{"cat", "/etc/conf/mode"}, "v1"},
 		{[]string{"cat", "/etc/conf/dir/one.txt"}, "one\n"},
 		{[]string{"cat", "/etc/one.txt"}, "one\n"},
+		{[]string{"cat", "/etc/conf/token"}, testToken},
 		{[]string{"echo", "hi"}, "echo hi\n"},
 	} {
 		if got, err := exec(t, p, tt.cmd...); err != nil || got != tt.want {
 			t.Errorf("exec %q = %q, %v; want %q", tt.cmd, got, err, tt.want)
+		}
+	}
+	for _, f := range p.resolved["default/web"].volumes[0].files {
+		if f.path == "token" && f.data.Size() > len(testToken)/2 {
+			t.Errorf("the token file (%d bytes) is kept in %d: not packed", len(testToken), f.data.Size())
 		}
 	}
 	out, err := exec(t, p, "cat", "/etc/conf/nope")
