@@ -45,8 +45,8 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	}
 	ctx, span := c.startSpan(continuedFrom(ctx, st.startTrace), spanStatus, key)
 	defer func() { endSpan(span, err) }()
-	if st.startTrace.IsValid() {
-		c.state.updateIfExists(key, func(s *podState) { s.startTrace = trace.SpanContext{} })
+	if st.startTrace != nil {
+		c.state.updateIfExists(key, func(s *podState) { s.startTrace = nil })
 	}
 	status := st.notified
 	if status == nil {

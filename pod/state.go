@@ -41,8 +41,10 @@ type podState struct {
 	// updatedWhileWriting when an update of the pod's status came meanwhile.
 	writing, updatedWhileWriting bool
 	// startTrace is the recorded sync span that created the pod in the provider,
-	// until the first status write continues its trace; zero when not traced.
-	startTrace trace.SpanContext
+	// until the first status write continues its trace; nil when not traced (a
+	// pointer: most pods are not, and the 56 bytes inline made every pod's
+	// state a size class larger, 176 against 128 bytes).
+	startTrace *trace.SpanContext
 }
 
 // stateStore holds the podState of every key and a lock per key, so the sync,

@@ -177,9 +177,9 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		return err
 	}
 	// The first status write continues this trace, if it is recorded.
-	started := trace.SpanContextFromContext(ctx)
-	if !started.IsSampled() {
-		started = trace.SpanContext{}
+	var started *trace.SpanContext
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		started = &sc
 	}
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.lastPod = p.UID, cached

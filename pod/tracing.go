@@ -36,11 +36,12 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// continuedFrom is ctx with sc, when valid, as the parent of the spans started in
-// it: the status write of a pod continues the trace of the sync that created it.
-func continuedFrom(ctx context.Context, sc trace.SpanContext) context.Context {
-	if !sc.IsValid() {
+// continuedFrom is ctx with sc, when set and valid, as the parent of the spans
+// started in it: the status write of a pod continues the trace of the sync that
+// created it.
+func continuedFrom(ctx context.Context, sc *trace.SpanContext) context.Context {
+	if sc == nil || !sc.IsValid() {
 		return ctx
 	}
-	return trace.ContextWithSpanContext(ctx, sc)
+	return trace.ContextWithSpanContext(ctx, *sc)
 }
