@@ -78,7 +78,6 @@ type Provider struct {
 	version      uint64                     // bumped on every change the StateFile must record
 	cpuCoreNanos uint64                     // the node's cumulative CPU, integrated at each sample
 	cpuSampledAt time.Time                  // when cpuCoreNanos was last brought up to date
-	resolved     map[string]*keptResolution // last resolution by namespace/name (not persisted)
 	volumeCalls  map[string]int             // UpdatePodVolumes calls by namespace/name
 	// gone lists the pods dropped, oldest first, so that their counts above
 	// are forgotten countsKept after (goneLocked).
@@ -135,7 +134,6 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		createCounts: map[types.UID]int{},
 		deleteCalls:  map[types.UID]int{},
 		updateCalls:  map[types.UID]int{},
-		resolved:     map[string]*keptResolution{},
 		volumeCalls:  map[string]int{},
 		countsKept:   countsKept,
 		hostIP:       defaultHostIP,
@@ -179,6 +177,9 @@ type podRecord struct {
 	running         time.Time // created + StartDelay: its containers run from then on
 	deleted         time.Time // DeletePod was first called; zero if it was not
 	stopped         time.Time // its containers stop then; zero unless deleted
+	// resolution is what the mock keeps of the pod's last resolution, nil if
+	// it was given plain (not persisted).
+	resolution *keptResolution
 }
 
 func (r *podRecord) key() string { return podKey(r.namespace, r.name) }
@@ -248,7 +249,6 @@ type gonePod struct {
 func (p *Provider) dropLocked(rec *podRecord, now time.Time) {
 	key := rec.key()
 	delete(p.pods, key)
-	delete(p.resolved, key)
 	p.version++
 	p.goneLocked(rec.uid, key, now)
 }
@@ -339,6 +339,11 @@ func (p *Provider) allocIPLocked() string {
 // Creating a pod that exists with the same UID does nothing; with another UID, the new
 // pod replaces the old one.
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return p.createPod(ctx, pod, nil)
+}
+
+// createPod is CreatePod, keeping resolution with the pod unless it is nil.
+func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *keptResolution) error {
 	if err := p.answerLate(ctx); err != nil {
 		return err
 	}
@@ -349,6 +354,11 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	now := p.clock.Now()
 	if old := p.lookupLocked(key, now); old != nil && old.uid == pod.UID {
+		if resolution != nil {
+			rec := *old
+			rec.resolution = resolution
+			p.pods[key] = &rec
+		}
 		p.mu.Unlock()
 		// A retry: it may follow a failed write of the StateFile.
 		return p.save()
@@ -358,6 +368,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return err
 	}
+	rec.resolution = resolution
 	rec.hostIP, rec.created, rec.running = p.hostIP, now, now.Add(p.cfg.StartDelay.Duration)
 	if pod.Spec.HostNetwork {
 		rec.podIP = rec.hostIP
@@ -381,6 +392,12 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 // UpdatePod stores the new spec and metadata of the pod (the reported container
 // images follow the spec). Its state (pending, running, deleting) is unchanged.
 func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	return p.updatePod(ctx, pod, nil)
+}
+
+// updatePod is UpdatePod, keeping resolution with the pod unless it is nil
+// (the last one stays then).
+func (p *Provider) updatePod(ctx context.Context, pod *corev1.Pod, resolution *keptResolution) error {
 	p.mu.Lock()
 	p.updateCalls[pod.UID]++
 	p.mu.Unlock()
@@ -402,6 +419,9 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := rec.setPod(pod); err != nil {
 		p.mu.Unlock()
 		return err
+	}
+	if resolution != nil {
+		rec.resolution = resolution
 	}
 	p.pods[key] = &rec
 	p.version++

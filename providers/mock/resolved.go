@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vkubelet/vkubelet/internal/tokenpack"
 	"github.com/vkubelet/vkubelet/provider"
@@ -17,33 +16,35 @@ import (
 // CreateResolvedPod is CreatePod; the mock also keeps the resolved pod, so that
 // exec can show its environment and volume files (see RunInContainer).
 func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
-	if err := p.CreatePod(ctx, rp.Pod); err != nil {
-		return err
-	}
-	p.keepResolved(rp, false)
-	return nil
+	return p.createPod(ctx, rp.Pod, keep(rp))
 }
 
 // UpdateResolvedPod is UpdatePod, keeping the resolved pod like CreateResolvedPod.
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
-	if err := p.UpdatePod(ctx, rp.Pod); err != nil {
-		return err
-	}
-	p.keepResolved(rp, false)
-	return nil
+	return p.updatePod(ctx, rp.Pod, keep(rp))
 }
 
 // UpdatePodVolumes replaces the volume files of a pod the mock runs and counts the
 // call (VolumeUpdates).
 func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
+	volumes := keptVolumes(rp.Volumes)
 	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
-	rec := p.lookupLocked(key, p.clock.Now())
-	p.mu.Unlock()
-	if rec == nil || rec.uid != rp.Pod.UID {
+	old := p.lookupLocked(key, p.clock.Now())
+	if old == nil || old.uid != rp.Pod.UID {
+		p.mu.Unlock()
 		return notFound(rp.Pod.Namespace, rp.Pod.Name)
 	}
-	p.keepResolved(rp, true)
+	rec := *old // records never change once stored
+	resolution := keptResolution{}
+	if old.resolution != nil {
+		resolution = *old.resolution
+	}
+	resolution.volumes = volumes
+	rec.resolution = &resolution
+	p.pods[key] = &rec
+	p.volumeCalls[key]++
+	p.mu.Unlock()
 	p.log.Debug("pod volumes updated", "pod", key)
 	return nil
 }
@@ -53,7 +54,6 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 // smaller than a ResolvedPod: the volumes are a slice, not a map (a map of one
 // entry costs about 250 bytes), and their files are packed (keptFile).
 type keptResolution struct {
-	uid             types.UID
 	env             map[string][]corev1.EnvVar
 	volumes         []keptVolume
 	pullCredentials []provider.RegistryCredential
@@ -110,24 +110,11 @@ func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
 	return rp
 }
 
-// keepResolved stores rp without copying its environment and files: they are
-// read-only for everyone (provider contract), and its pod is in the pod's
-// record. With volumesOnly, only its volumes replace the kept ones.
-func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
-	c := &keptResolution{uid: rp.Pod.UID, env: rp.Env, volumes: keptVolumes(rp.Volumes),
-		pullCredentials: rp.PullCredentials}
-	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old := p.resolved[key]; volumesOnly && old != nil && old.uid == rp.Pod.UID {
-		kept := *old
-		kept.volumes = c.volumes
-		c = &kept
-	}
-	p.resolved[key] = c
-	if volumesOnly {
-		p.volumeCalls[key]++
-	}
+// keep returns what the mock keeps of rp, without copying its environment or
+// files not packed: they are read-only for everyone (provider contract), and its
+// pod is in the pod's record.
+func keep(rp *provider.ResolvedPod) *keptResolution {
+	return &keptResolution{env: rp.Env, volumes: keptVolumes(rp.Volumes), pullCredentials: rp.PullCredentials}
 }
 
 // Resolved returns a copy of the last resolved pod given for namespace/name, or nil.
@@ -135,12 +122,11 @@ func (p *Provider) keepResolved(rp *provider.ResolvedPod, volumesOnly bool) {
 func (p *Provider) Resolved(namespace, name string) *provider.ResolvedPod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	key := podKey(namespace, name)
-	kept, rec := p.resolved[key], p.pods[key]
-	if kept == nil || rec == nil || rec.uid != kept.uid {
+	rec := p.pods[podKey(namespace, name)]
+	if rec == nil || rec.resolution == nil {
 		return nil
 	}
-	return copyResolved(kept.withPod(rec))
+	return copyResolved(rec.resolution.withPod(rec))
 }
 
 // VolumeUpdates returns how many times UpdatePodVolumes succeeded for

@@ -76,7 +76,7 @@ func TestResolvedPodIsKeptAndShownByExec(t *testing.T) {
 			t.Errorf("exec %q = %q, %v; want %q", tt.cmd, got, err, tt.want)
 		}
 	}
-	for _, f := range p.resolved["default/web"].volumes[0].files {
+	for _, f := range p.pods["default/web"].resolution.volumes[0].files {
 		if f.path == "token" && f.data.Size() > len(testToken)/2 {
 			t.Errorf("the token file (%d bytes) is kept in %d: not packed", len(testToken), f.data.Size())
 		}

@@ -170,13 +170,12 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	if len(cmd) == 0 {
 		return errdefs.InvalidInput("mock: exec in %s/%s/%s: empty command", namespace, name, container)
 	}
-	key := podKey(namespace, name)
 	p.mu.Lock()
-	kept, rec := p.resolved[key], p.pods[key]
+	rec := p.pods[podKey(namespace, name)]
 	p.mu.Unlock()
 	var rp *provider.ResolvedPod
-	if kept != nil && rec != nil && rec.uid == kept.uid {
-		rp = kept.withPod(rec) // records and kept resolutions never change once stored
+	if rec != nil && rec.resolution != nil {
+		rp = rec.resolution.withPod(rec) // records and kept resolutions never change once stored
 	}
 	out, scripted, outErr := scriptedOutput(rp, container, cmd)
 	code := exitCode(cmd)
