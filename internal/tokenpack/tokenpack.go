@@ -21,6 +21,11 @@
 // Bytes rebuilds the token byte for byte. Pack checks that it does and keeps
 // anything it cannot rebuild exactly as it was given: a token that is no JWT,
 // or whose base64 is not the one this package writes back.
+//
+// A token is often packed twice: by the resolver when it is issued, and a
+// moment later by a provider that keeps its pods' files (the mock), from the
+// copy it was handed. Pack remembers the tokens it packed last (recent) and
+// gives the second the first's packed bytes, so the two share one copy.
 package tokenpack
 
 import (
@@ -28,6 +33,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"unique"
 
@@ -92,6 +98,10 @@ func Pack(token []byte) Token {
 	if !ok {
 		return Token{body: token}
 	}
+	hash := maphash.Bytes(recent.seed, token)
+	if t, ok := recent.get(hash); ok && bytes.Equal(t.Bytes(), token) {
+		return t
+	}
 	claims, err := b64Strict.DecodeString(string(claims64))
 	if err != nil || len(claims) > maxClaims {
 		return Token{body: token}
@@ -116,7 +126,46 @@ func Pack(token []byte) Token {
 	if !bytes.Equal(packed.Bytes(), token) {
 		return Token{body: token}
 	}
+	recent.put(hash, packed)
 	return packed
+}
+
+// recentSlots is how many tokens recent remembers at most. The second pack of a
+// token comes within the same pod sync as the first, while the node's other
+// syncs (200 workers by default) pack a few more each.
+const recentSlots = 1024
+
+// recent remembers the last tokens packed.
+var recent = &recentTokens{seed: maphash.MakeSeed()}
+
+// recentTokens remembers tokens by a hash of their bytes: a direct-mapped
+// table, each slot holding the last token whose hash falls in it. It keeps up
+// to recentSlots packed tokens alive (about 300 KiB at most).
+type recentTokens struct {
+	seed  maphash.Seed
+	mu    sync.Mutex
+	slots [recentSlots]recentToken
+}
+
+type recentToken struct {
+	hash  uint64
+	token Token
+}
+
+// get returns the token remembered for hash, if any: the caller checks that it
+// is the one it has, as hashes may collide.
+func (r *recentTokens) get(hash uint64) (Token, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slot := r.slots[hash%recentSlots]
+	return slot.token, slot.hash == hash && slot.token.header != (unique.Handle[string]{})
+}
+
+// put remembers t, packed from bytes of this hash.
+func (r *recentTokens) put(hash uint64, t Token) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.slots[hash%recentSlots] = recentToken{hash: hash, token: t}
 }
 
 // scratch holds buffers the claims are compressed into before they are copied

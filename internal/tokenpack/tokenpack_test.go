@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"testing"
 )
@@ -129,8 +130,26 @@ func FuzzPack(f *testing.F) {
 	})
 }
 
+// BenchmarkPack packs tokens it did not pack recently (4 × recentSlots in
+// turn), as a node does when they are issued.
 func BenchmarkPack(b *testing.B) {
+	toks := make([][]byte, 4*recentSlots)
+	for i := range toks {
+		toks[i] = boundToken(b, fmt.Sprintf("web-7d9c8b5f4-%d", i), 64)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		Pack(toks[i%len(toks)])
+		i++
+	}
+}
+
+// BenchmarkPackAgain packs a token packed just before, as a provider that
+// keeps its files does.
+func BenchmarkPackAgain(b *testing.B) {
 	tok := boundToken(b, "web-7d9c8b5f4-x2kq9", 64)
+	Pack(tok)
 	b.ReportAllocs()
 	for b.Loop() {
 		Pack(tok)
@@ -142,5 +161,24 @@ func BenchmarkBytes(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Bytes()
+	}
+}
+
+func TestATokenPackedTwiceIsKeptOnce(t *testing.T) {
+	tok := boundToken(t, "twice", 64)
+	first := Pack(tok)
+	// The provider packs the copy it was handed, not the resolver's bytes.
+	second := Pack(append([]byte(nil), tok...))
+	if &first.body[0] != &second.body[0] {
+		t.Fatal("the second pack of a token made a second copy")
+	}
+}
+
+func TestARememberedTokenOfTheSameHashButOtherBytesIsNotGiven(t *testing.T) {
+	tok, other := boundToken(t, "mine", 64), boundToken(t, "other", 64)
+	// As if the two hashes collided: the slot of tok's hash holds other.
+	recent.put(maphash.Bytes(recent.seed, tok), Pack(other))
+	if got := Pack(tok).Bytes(); !bytes.Equal(got, tok) {
+		t.Fatalf("Bytes() = %q, want %q", got, tok)
 	}
 }
