@@ -49,7 +49,7 @@ type event struct {
 // pushLocked schedules a notification of rec at the time at, starting the
 // goroutine if it does not run. Provider.mu is held.
 func (p *Provider) pushLocked(s *scheduler, at time.Time, rec *podRecord) {
-	heap.Push(&s.events, event{at: at, key: rec.key(), uid: rec.uid})
+	heap.Push(&s.events, event{at: at, key: rec.key, uid: rec.uid})
 	if !s.running {
 		if !s.live() {
 			return

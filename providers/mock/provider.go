@@ -168,25 +168,26 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 // `vkubelet bench` measures the node agent's memory with it, which a decoded copy
 // per pod (several KiB) would swamp.
 type podRecord struct {
-	namespace, name string
-	uid             types.UID
-	packed          []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
-	podIP           string
-	hostIP          string
-	created         time.Time // CreatePod accepted it
-	running         time.Time // created + StartDelay: its containers run from then on
-	deleted         time.Time // DeletePod was first called; zero if it was not
-	stopped         time.Time // its containers stop then; zero unless deleted
+	// key is namespace/name: the record's key in Provider.pods, one string for
+	// both.
+	key     string
+	uid     types.UID
+	packed  []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
+	podIP   string
+	hostIP  string
+	created time.Time // CreatePod accepted it
+	running time.Time // created + StartDelay: its containers run from then on
+	deleted time.Time // DeletePod was first called; zero if it was not
+	stopped time.Time // its containers stop then; zero unless deleted
 	// resolution is what the mock keeps of the pod's last resolution, nil if
 	// it was given plain (not persisted).
 	resolution *keptResolution
 }
 
-func (r *podRecord) key() string { return podKey(r.namespace, r.name) }
-
-// newRecord returns a record of pod, with the times and addresses unset.
-func newRecord(pod *corev1.Pod) (*podRecord, error) {
-	r := &podRecord{}
+// newRecord returns a record of pod, whose key is key (podKey), with the times
+// and addresses unset.
+func newRecord(key string, pod *corev1.Pod) (*podRecord, error) {
+	r := &podRecord{key: key}
 	return r, r.setPod(pod)
 }
 
@@ -198,7 +199,7 @@ func (r *podRecord) setPod(pod *corev1.Pod) error {
 	if err != nil {
 		return errdefs.InvalidInput("mock: %v", err)
 	}
-	r.namespace, r.name, r.uid, r.packed = pod.Namespace, pod.Name, pod.UID, packed
+	r.uid, r.packed = pod.UID, packed
 	return nil
 }
 
@@ -207,7 +208,7 @@ func (r *podRecord) pod() *corev1.Pod {
 	pod, err := podpack.Unpack(r.packed)
 	if err != nil {
 		// The mock packed these bytes itself: failing to read them back is a bug.
-		panic(fmt.Sprintf("mock: pod %s/%s: %v", r.namespace, r.name, err))
+		panic(fmt.Sprintf("mock: pod %s: %v", r.key, err))
 	}
 	return pod
 }
@@ -247,7 +248,7 @@ type gonePod struct {
 // dropLocked forgets rec, a stopped pod, and the counts of pods gone more than
 // countsKept before now.
 func (p *Provider) dropLocked(rec *podRecord, now time.Time) {
-	key := rec.key()
+	key := rec.key
 	delete(p.pods, key)
 	p.version++
 	p.goneLocked(rec.uid, key, now)
@@ -363,7 +364,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		// A retry: it may follow a failed write of the StateFile.
 		return p.save()
 	}
-	rec, err := newRecord(pod)
+	rec, err := newRecord(key, pod)
 	if err != nil {
 		p.mu.Unlock()
 		return err
@@ -555,7 +556,7 @@ func (p *Provider) snapshot() (time.Time, []*podRecord) {
 		}
 	}
 	p.mu.Unlock()
-	sort.Slice(recs, func(i, j int) bool { return recs[i].key() < recs[j].key() })
+	sort.Slice(recs, func(i, j int) bool { return recs[i].key < recs[j].key })
 	return now, recs
 }
 

@@ -138,14 +138,14 @@ func (p *Provider) load() error {
 		if sp.Pod == nil {
 			return fmt.Errorf("mock: loading state %s: a pod entry has no pod", p.cfg.StateFile)
 		}
-		rec, err := newRecord(sp.Pod)
+		rec, err := newRecord(podKey(sp.Pod.Namespace, sp.Pod.Name), sp.Pod)
 		if err != nil {
 			return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
 		}
 		rec.podIP, rec.hostIP = sp.PodIP, sp.HostIP
 		rec.created, rec.running, rec.deleted, rec.stopped = sp.Created, sp.Running, sp.Deleted, sp.Stopped
 		if !rec.goneAt(now) {
-			p.pods[rec.key()] = rec
+			p.pods[rec.key] = rec
 		}
 	}
 	for uid, n := range st.CreateCounts {
