@@ -3,6 +3,7 @@ package pod
 import (
 	"fmt"
 	"hash/fnv"
+	"unique"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -125,8 +126,11 @@ func cachedFrom(meta *metav1.ObjectMeta, raw []byte) *cachedPod {
 	spec, status := field(raw, podSpecField), field(raw, podStatusField)
 	phase := corev1.PodPhase(field(status, statusPhaseField))
 	return &cachedPod{
-		Namespace: meta.Namespace, Name: meta.Name, NodeName: string(field(spec, specNodeNameField)),
-		UID: meta.UID, ResourceVersion: meta.ResourceVersion, DeletionTimestamp: meta.DeletionTimestamp,
+		// The namespace and node name are the same in many pods: one copy of
+		// each (unique.Make) rather than one per pod.
+		Namespace: unique.Make(meta.Namespace).Value(), Name: meta.Name,
+		NodeName: unique.Make(string(field(spec, specNodeNameField))).Value(),
+		UID:      meta.UID, ResourceVersion: meta.ResourceVersion, DeletionTimestamp: meta.DeletionTimestamp,
 		terminal:   phase == corev1.PodSucceeded || phase == corev1.PodFailed,
 		statusHash: statusHash,
 		specHash:   specHash,

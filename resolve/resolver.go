@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -406,7 +407,9 @@ type cacheSource struct {
 // get reads a ConfigMap or Secret from its own cache, started (and waited for)
 // the first time a pod of the node references it.
 func (s *cacheSource) get(k kind, namespace, name string) (any, error) {
-	o := objectKey{k, namespace, name}
+	// Kept for the pod's life (podRefs.objects): one copy of the names for all
+	// the pods that reference the object, not one each.
+	o := objectKey{k, unique.Make(namespace).Value(), unique.Make(name).Value()}
 	s.touched = append(s.touched, o)
 	sk := storeOf(o)
 	st := s.held[sk]

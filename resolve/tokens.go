@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unique"
 
 	"github.com/vkubelet/vkubelet/internal/tokenpack"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -102,7 +103,10 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	issued := expires.Add(-ttl)
 	tok := []byte(tr.Status.Token)
 	eligible, due, period := refreshWindow(issued, ttl)
-	entry := podToken{serviceAccount: sa, audience: audience, expirationSeconds: exp, token: tokenpack.Pack(tok),
+	// The service account and audience are the same for many pods: one copy
+	// of each for all of them (unique.Make).
+	entry := podToken{serviceAccount: unique.Make(sa).Value(), audience: unique.Make(audience).Value(),
+		expirationSeconds: exp, token: tokenpack.Pack(tok),
 		eligibleAt: eligible, refreshAt: due, period: period}
 	r.mu.Lock()
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {

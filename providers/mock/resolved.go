@@ -6,6 +6,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -86,7 +87,9 @@ func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
 		}
 		files := make([]keptFile, len(v.Files))
 		for i, f := range v.Files {
-			files[i] = keptFile{path: f.Path, mode: f.Mode, data: tokenpack.Pack(f.Data)}
+			// Paths are the same in many pods ("token", "ca.crt"): one
+			// copy for all of them (unique.Make).
+			files[i] = keptFile{path: unique.Make(f.Path).Value(), mode: f.Mode, data: tokenpack.Pack(f.Data)}
 		}
 		out = append(out, keptVolume{name: name, files: files})
 	}
