@@ -175,13 +175,34 @@ type podRecord struct {
 	packed  []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
 	podIP   string
 	hostIP  string
-	created time.Time // CreatePod accepted it
-	running time.Time // created + StartDelay: its containers run from then on
-	deleted time.Time // DeletePod was first called; zero if it was not
-	stopped time.Time // its containers stop then; zero unless deleted
+	created instant // CreatePod accepted it
+	running instant // created + StartDelay: its containers run from then on
+	deleted instant // DeletePod was first called; zero if it was not
+	stopped instant // its containers stop then; zero unless deleted
 	// resolution is what the mock keeps of the pod's last resolution, nil if
 	// it was given plain (not persisted).
 	resolution *keptResolution
+}
+
+// instant is a time as nanoseconds since the Unix epoch, zero for the zero
+// time: 8 bytes where a time.Time takes 24, for the four times each pod's
+// record keeps. The mock reads its clock's wall time only (no monotonic
+// reading), as its StateFile does.
+type instant int64
+
+func instantOf(t time.Time) instant {
+	if t.IsZero() {
+		return 0
+	}
+	return instant(t.UnixNano())
+}
+
+// time is the instant as a time.Time in UTC.
+func (i instant) time() time.Time {
+	if i == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(i)).UTC()
 }
 
 // newRecord returns a record of pod, whose key is key (podKey), with the times
@@ -213,15 +234,15 @@ func (r *podRecord) pod() *corev1.Pod {
 	return pod
 }
 
-func (r *podRecord) deleting() bool { return !r.deleted.IsZero() }
+func (r *podRecord) deleting() bool { return r.deleted != 0 }
 
 // goneAt reports whether the pod has stopped at now, and so no longer exists.
 func (r *podRecord) goneAt(now time.Time) bool {
-	return r.deleting() && !now.Before(r.stopped)
+	return r.deleting() && !now.Before(r.stopped.time())
 }
 
 // runningAt reports whether the pod's containers have started at now.
-func (r *podRecord) runningAt(now time.Time) bool { return !now.Before(r.running) }
+func (r *podRecord) runningAt(now time.Time) bool { return !now.Before(r.running.time()) }
 
 // podAt returns a copy of the pod with its status at now.
 func (r *podRecord) podAt(now time.Time) *corev1.Pod {
@@ -370,7 +391,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		return err
 	}
 	rec.resolution = resolution
-	rec.hostIP, rec.created, rec.running = p.hostIP, now, now.Add(p.cfg.StartDelay.Duration)
+	rec.hostIP, rec.created, rec.running = p.hostIP, instantOf(now), instantOf(now.Add(p.cfg.StartDelay.Duration))
 	if pod.Spec.HostNetwork {
 		rec.podIP = rec.hostIP
 	} else {
@@ -381,12 +402,12 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 	p.version++
 	if s := p.schedulerLocked(); s != nil {
 		p.pushLocked(s, now, rec)
-		if rec.running.After(now) {
-			p.pushLocked(s, rec.running, rec)
+		if rec.running.time().After(now) {
+			p.pushLocked(s, rec.running.time(), rec)
 		}
 	}
 	p.mu.Unlock()
-	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIP, "running", rec.running)
+	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIP, "running", rec.running.time())
 	return p.save()
 }
 
@@ -470,18 +491,18 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
 	if !rec.deleting() {
-		rec.deleted = now
-		rec.stopped = stopAt
-	} else if stopAt.Before(rec.stopped) {
-		rec.stopped = stopAt
+		rec.deleted = instantOf(now)
+		rec.stopped = instantOf(stopAt)
+	} else if stopAt.Before(rec.stopped.time()) {
+		rec.stopped = instantOf(stopAt)
 	}
 	p.pods[key] = &rec
 	p.version++
 	if s := p.schedulerLocked(); s != nil {
-		p.pushLocked(s, rec.stopped, &rec)
+		p.pushLocked(s, rec.stopped.time(), &rec)
 	}
 	p.mu.Unlock()
-	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped)
+	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped.time())
 	return p.save()
 }
 

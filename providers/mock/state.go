@@ -82,7 +82,7 @@ func (p *Provider) save() error {
 	for _, rec := range recs {
 		st.Pods = append(st.Pods, savedPod{
 			Pod: rec.pod(), PodIP: rec.podIP, HostIP: rec.hostIP,
-			Created: rec.created, Running: rec.running, Deleted: rec.deleted, Stopped: rec.stopped,
+			Created: rec.created.time(), Running: rec.running.time(), Deleted: rec.deleted.time(), Stopped: rec.stopped.time(),
 		})
 	}
 	if err := writeFileAtomic(p.cfg.StateFile, st); err != nil {
@@ -143,7 +143,8 @@ func (p *Provider) load() error {
 			return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
 		}
 		rec.podIP, rec.hostIP = sp.PodIP, sp.HostIP
-		rec.created, rec.running, rec.deleted, rec.stopped = sp.Created, sp.Running, sp.Deleted, sp.Stopped
+		rec.created, rec.running = instantOf(sp.Created), instantOf(sp.Running)
+		rec.deleted, rec.stopped = instantOf(sp.Deleted), instantOf(sp.Stopped)
 		if !rec.goneAt(now) {
 			p.pods[rec.key] = rec
 		}

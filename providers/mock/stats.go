@@ -80,9 +80,9 @@ func (p *Provider) sample() nodeSample {
 			continue // no container has started
 		}
 		pod := rec.pod()
-		ps := podSample{pod: pod, start: rec.running}
+		ps := podSample{pod: pod, start: rec.running.time()}
 		add := func(c *corev1.Container) {
-			cs := containerSample{name: c.Name, start: rec.running, usage: containerUsage(c, rec.running, now)}
+			cs := containerSample{name: c.Name, start: rec.running.time(), usage: containerUsage(c, rec.running.time(), now)}
 			ps.containers = append(ps.containers, cs)
 			ps.add(cs.usage)
 		}

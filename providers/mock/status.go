@@ -26,7 +26,7 @@ func baseStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	return corev1.PodStatus{
 		HostIP:    r.hostIP,
 		HostIPs:   []corev1.HostIP{{IP: r.hostIP}},
-		StartTime: ptr.To(metav1.NewTime(r.created)),
+		StartTime: ptr.To(metav1.NewTime(r.created.time())),
 		QOSClass:  pod.Status.QOSClass, // set by the API server; the mock keeps it
 	}
 }
@@ -34,7 +34,7 @@ func baseStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 func pendingStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	s := baseStatus(r, pod)
 	s.Phase = corev1.PodPending
-	created := metav1.NewTime(r.created)
+	created := metav1.NewTime(r.created.time())
 	initialized := condition(corev1.PodInitialized, created, "")
 	waiting := "ContainerCreating"
 	if hasRegularInitContainers(pod) {
@@ -62,7 +62,7 @@ func runningStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	s.Phase = corev1.PodRunning
 	s.PodIP = r.podIP
 	s.PodIPs = []corev1.PodIP{{IP: r.podIP}}
-	created, running := metav1.NewTime(r.created), metav1.NewTime(r.running)
+	created, running := metav1.NewTime(r.created.time()), metav1.NewTime(r.running.time())
 	s.Conditions = []corev1.PodCondition{
 		condition(corev1.PodReadyToStartContainers, running, ""),
 		condition(corev1.PodInitialized, running, ""),
@@ -100,10 +100,10 @@ func terminatedStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	// The containers ran if they started before the stop, or by the time of the
 	// deletion (with neither StartDelay nor StopDelay, all three are the same instant).
 	s := pendingStatus(r, pod)
-	if r.running.Before(r.stopped) || !r.running.After(r.deleted) {
+	if r.running < r.stopped || r.running <= r.deleted {
 		s = runningStatus(r, pod)
 	}
-	stopped := metav1.NewTime(r.stopped)
+	stopped := metav1.NewTime(r.stopped.time())
 	for i := range s.Conditions {
 		switch s.Conditions[i].Type {
 		case corev1.PodReady, corev1.ContainersReady:
