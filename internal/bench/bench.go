@@ -337,6 +337,12 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 		return nil, err
 	}
 	r.RSSGrowthMiB = used.rssMiB - idle.rssMiB
+	// What the process keeps per pod, not what it holds while it still works
+	// through the burst's last events (watch data not yet read, notifications
+	// and queue items waiting: 0.1 to 0.5 KiB per pod in single runs).
+	if err := waitQuiet(ctx, n.proc, quietCPU, quietWait); err != nil {
+		return nil, n.failed(err)
+	}
 	usedHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "pods"))
 	if err != nil {
 		return nil, n.failed(err)

@@ -302,3 +302,36 @@ func parseSample(line string) (name string, labels map[string]string, value floa
 	}
 	return name, labels, v, true
 }
+
+// quietCPU and quietWait bound waitQuiet in the benchmark: a second of under
+// 5 % of a core, waited for at most 30 s.
+const (
+	quietCPU  = 0.05
+	quietWait = 30 * time.Second
+)
+
+// waitQuiet waits until the process used less than cpu seconds of CPU in one
+// second, or until max has passed.
+func waitQuiet(ctx context.Context, p *child, cpu float64, max time.Duration) error {
+	last, err := p.usage()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		u, err := p.usage()
+		if err != nil {
+			return err
+		}
+		if u.cpuSeconds-last.cpuSeconds < cpu {
+			return nil
+		}
+		last = u
+	}
+	return nil
+}

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"runtime"
 	"runtime/pprof"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHeapAllocIsReadFromTheTextHeapProfile(t *testing.T) {
@@ -25,5 +27,36 @@ func TestHeapAllocIsReadFromTheTextHeapProfile(t *testing.T) {
 	}
 	if _, err := heapAllocOf(strings.NewReader("heap profile: 0: 0 [0: 0] @ heap/1048576\n# Alloc = 5\n")); err == nil {
 		t.Fatal("a profile without HeapAlloc read without an error")
+	}
+}
+
+func TestWaitQuietWaitsForAProcessToStopUsingCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes for seconds")
+	}
+	ctx := context.Background()
+	idle, err := startChild(ctx, "sleep", []string{"30"}, nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.stop()
+	start := time.Now()
+	if err := waitQuiet(ctx, idle, 0.05, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("an idle process was waited for %v", took)
+	}
+	busy, err := startChild(ctx, "sh", []string{"-c", "while :; do :; done"}, nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.stop()
+	start = time.Now()
+	if err := waitQuiet(ctx, busy, 0.05, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 3*time.Second {
+		t.Errorf("a busy process was found quiet after %v", took)
 	}
 }
