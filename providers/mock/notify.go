@@ -84,11 +84,11 @@ func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	// Pods loaded from the StateFile, or created before this call, still have their
 	// transitions ahead of them.
 	for _, rec := range p.pods {
-		if rec.running.time().After(now) {
-			p.pushLocked(s, rec.running.time(), rec)
+		if rec.running.Time().After(now) {
+			p.pushLocked(s, rec.running.Time(), rec)
 		}
 		if rec.deleting() {
-			p.pushLocked(s, rec.stopped.time(), rec)
+			p.pushLocked(s, rec.stopped.Time(), rec)
 		}
 	}
 	p.mu.Unlock()
@@ -178,7 +178,7 @@ func (p *Provider) deliverLocked(ev event, now time.Time) *corev1.Pod {
 		p.log.Debug("pod stopped", "pod", ev.key, "uid", ev.uid)
 		return rec.terminatedPod()
 	}
-	if ev.at.Equal(rec.running.time()) {
+	if ev.at.Equal(rec.running.Time()) {
 		p.log.Debug("pod running", "pod", ev.key, "uid", ev.uid)
 	}
 	return rec.podAt(now)

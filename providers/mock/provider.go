@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/instant"
 	"github.com/vkubelet/vkubelet/internal/podpack"
 	"github.com/vkubelet/vkubelet/provider"
 )
@@ -170,39 +171,19 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 type podRecord struct {
 	// key is namespace/name: the record's key in Provider.pods, one string for
 	// both.
-	key     string
-	uid     types.UID
-	packed  []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
-	podIP   string
-	hostIP  string
-	created instant // CreatePod accepted it
-	running instant // created + StartDelay: its containers run from then on
-	deleted instant // DeletePod was first called; zero if it was not
-	stopped instant // its containers stop then; zero unless deleted
+	key    string
+	uid    types.UID
+	packed []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
+	podIP  string
+	hostIP string
+	// The times are kept in 8 bytes each (instant.Instant), not a time.Time's 24.
+	created instant.Instant // CreatePod accepted it
+	running instant.Instant // created + StartDelay: its containers run from then on
+	deleted instant.Instant // DeletePod was first called; zero if it was not
+	stopped instant.Instant // its containers stop then; zero unless deleted
 	// resolution is what the mock keeps of the pod's last resolution, nil if
 	// it was given plain (not persisted).
 	resolution *keptResolution
-}
-
-// instant is a time as nanoseconds since the Unix epoch, zero for the zero
-// time: 8 bytes where a time.Time takes 24, for the four times each pod's
-// record keeps. The mock reads its clock's wall time only (no monotonic
-// reading), as its StateFile does.
-type instant int64
-
-func instantOf(t time.Time) instant {
-	if t.IsZero() {
-		return 0
-	}
-	return instant(t.UnixNano())
-}
-
-// time is the instant as a time.Time in UTC.
-func (i instant) time() time.Time {
-	if i == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, int64(i)).UTC()
 }
 
 // newRecord returns a record of pod, whose key is key (podKey), with the times
@@ -238,11 +219,11 @@ func (r *podRecord) deleting() bool { return r.deleted != 0 }
 
 // goneAt reports whether the pod has stopped at now, and so no longer exists.
 func (r *podRecord) goneAt(now time.Time) bool {
-	return r.deleting() && !now.Before(r.stopped.time())
+	return r.deleting() && !now.Before(r.stopped.Time())
 }
 
 // runningAt reports whether the pod's containers have started at now.
-func (r *podRecord) runningAt(now time.Time) bool { return !now.Before(r.running.time()) }
+func (r *podRecord) runningAt(now time.Time) bool { return !now.Before(r.running.Time()) }
 
 // podAt returns a copy of the pod with its status at now.
 func (r *podRecord) podAt(now time.Time) *corev1.Pod {
@@ -391,7 +372,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		return err
 	}
 	rec.resolution = resolution
-	rec.hostIP, rec.created, rec.running = p.hostIP, instantOf(now), instantOf(now.Add(p.cfg.StartDelay.Duration))
+	rec.hostIP, rec.created, rec.running = p.hostIP, instant.Of(now), instant.Of(now.Add(p.cfg.StartDelay.Duration))
 	if pod.Spec.HostNetwork {
 		rec.podIP = rec.hostIP
 	} else {
@@ -402,12 +383,12 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 	p.version++
 	if s := p.schedulerLocked(); s != nil {
 		p.pushLocked(s, now, rec)
-		if rec.running.time().After(now) {
-			p.pushLocked(s, rec.running.time(), rec)
+		if rec.running.Time().After(now) {
+			p.pushLocked(s, rec.running.Time(), rec)
 		}
 	}
 	p.mu.Unlock()
-	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIP, "running", rec.running.time())
+	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIP, "running", rec.running.Time())
 	return p.save()
 }
 
@@ -491,18 +472,18 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
 	if !rec.deleting() {
-		rec.deleted = instantOf(now)
-		rec.stopped = instantOf(stopAt)
-	} else if stopAt.Before(rec.stopped.time()) {
-		rec.stopped = instantOf(stopAt)
+		rec.deleted = instant.Of(now)
+		rec.stopped = instant.Of(stopAt)
+	} else if stopAt.Before(rec.stopped.Time()) {
+		rec.stopped = instant.Of(stopAt)
 	}
 	p.pods[key] = &rec
 	p.version++
 	if s := p.schedulerLocked(); s != nil {
-		p.pushLocked(s, rec.stopped.time(), &rec)
+		p.pushLocked(s, rec.stopped.Time(), &rec)
 	}
 	p.mu.Unlock()
-	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped.time())
+	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped.Time())
 	return p.save()
 }
 

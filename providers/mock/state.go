@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/instant"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -82,7 +83,7 @@ func (p *Provider) save() error {
 	for _, rec := range recs {
 		st.Pods = append(st.Pods, savedPod{
 			Pod: rec.pod(), PodIP: rec.podIP, HostIP: rec.hostIP,
-			Created: rec.created.time(), Running: rec.running.time(), Deleted: rec.deleted.time(), Stopped: rec.stopped.time(),
+			Created: rec.created.Time(), Running: rec.running.Time(), Deleted: rec.deleted.Time(), Stopped: rec.stopped.Time(),
 		})
 	}
 	if err := writeFileAtomic(p.cfg.StateFile, st); err != nil {
@@ -143,8 +144,8 @@ func (p *Provider) load() error {
 			return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
 		}
 		rec.podIP, rec.hostIP = sp.PodIP, sp.HostIP
-		rec.created, rec.running = instantOf(sp.Created), instantOf(sp.Running)
-		rec.deleted, rec.stopped = instantOf(sp.Deleted), instantOf(sp.Stopped)
+		rec.created, rec.running = instant.Of(sp.Created), instant.Of(sp.Running)
+		rec.deleted, rec.stopped = instant.Of(sp.Deleted), instant.Of(sp.Stopped)
 		if !rec.goneAt(now) {
 			p.pods[rec.key] = rec
 		}

@@ -80,9 +80,9 @@ func (p *Provider) sample() nodeSample {
 			continue // no container has started
 		}
 		pod := rec.pod()
-		ps := podSample{pod: pod, start: rec.running.time()}
+		ps := podSample{pod: pod, start: rec.running.Time()}
 		add := func(c *corev1.Container) {
-			cs := containerSample{name: c.Name, start: rec.running.time(), usage: containerUsage(c, rec.running.time(), now)}
+			cs := containerSample{name: c.Name, start: rec.running.Time(), usage: containerUsage(c, rec.running.Time(), now)}
 			ps.containers = append(ps.containers, cs)
 			ps.add(cs.usage)
 		}

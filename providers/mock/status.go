@@ -26,7 +26,7 @@ func baseStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	return corev1.PodStatus{
 		HostIP:    r.hostIP,
 		HostIPs:   []corev1.HostIP{{IP: r.hostIP}},
-		StartTime: ptr.To(metav1.NewTime(r.created.time())),
+		StartTime: ptr.To(metav1.NewTime(r.created.Time())),
 		QOSClass:  pod.Status.QOSClass, // set by the API server; the mock keeps it
 	}
 }
@@ -34,7 +34,7 @@ func baseStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 func pendingStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	s := baseStatus(r, pod)
 	s.Phase = corev1.PodPending
-	created := metav1.NewTime(r.created.time())
+	created := metav1.NewTime(r.created.Time())
 	initialized := condition(corev1.PodInitialized, created, "")
 	waiting := "ContainerCreating"
 	if hasRegularInitContainers(pod) {
@@ -62,7 +62,7 @@ func runningStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	s.Phase = corev1.PodRunning
 	s.PodIP = r.podIP
 	s.PodIPs = []corev1.PodIP{{IP: r.podIP}}
-	created, running := metav1.NewTime(r.created.time()), metav1.NewTime(r.running.time())
+	created, running := metav1.NewTime(r.created.Time()), metav1.NewTime(r.running.Time())
 	s.Conditions = []corev1.PodCondition{
 		condition(corev1.PodReadyToStartContainers, running, ""),
 		condition(corev1.PodInitialized, running, ""),
@@ -103,7 +103,7 @@ func terminatedStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	if r.running < r.stopped || r.running <= r.deleted {
 		s = runningStatus(r, pod)
 	}
-	stopped := metav1.NewTime(r.stopped.time())
+	stopped := metav1.NewTime(r.stopped.Time())
 	for i := range s.Conditions {
 		switch s.Conditions[i].Type {
 		case corev1.PodReady, corev1.ContainersReady:

@@ -71,7 +71,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 		// The mock never restarts a container.
 		return nil, errdefs.InvalidInput("mock: previous terminated container %s/%s/%s not found", namespace, name, container)
 	}
-	data, limited := logLines(c, rec.running.time(), now, opts)
+	data, limited := logLines(c, rec.running.Time(), now, opts)
 	if opts.Follow && !limited {
 		return newFollowReader(ctx, data), nil
 	}
