@@ -75,6 +75,9 @@ type Resolver struct {
 	pods map[string]*podRefs
 	// referrers maps an object to the keys of the pods that referenced it.
 	referrers map[objectKey]map[string]struct{}
+	// lastObjects is the last pod's list of referenced objects, which the
+	// next pod with an equal list shares (setObjectsLocked).
+	lastObjects []objectKey
 }
 
 type kind string
@@ -336,6 +339,13 @@ func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (ma
 // references to the caches of single ConfigMaps and Secrets.
 func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey) {
 	objects = uniqueObjects(objects)
+	// Most pods of a node reference the same objects (kube-root-ca.crt): they
+	// share one list, never changed once set, rather than keep one each.
+	if len(objects) > 0 && slices.Equal(objects, r.lastObjects) {
+		objects = r.lastObjects
+	} else if len(objects) > 0 {
+		r.lastObjects = objects
+	}
 	for _, o := range objects {
 		if o.kind != kindService {
 			r.refStoreLocked(storeOf(o))

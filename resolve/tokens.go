@@ -7,6 +7,7 @@ import (
 	"time"
 	"unique"
 
+	"github.com/vkubelet/vkubelet/internal/instant"
 	"github.com/vkubelet/vkubelet/internal/tokenpack"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +39,8 @@ type podToken struct {
 	// eligibleAt is when the token may be refreshed; refreshAt is when it must
 	// be, and until when it is reused. checkTokens sets refreshAt to now for the
 	// tokens it sends for refresh, so the next resolution asks for new ones.
-	eligibleAt, refreshAt time.Time
+	// (8 bytes each, not a time.Time's 24: one entry per pod.)
+	eligibleAt, refreshAt instant.Instant
 	// period is 60% of the token's lifetime: its share of the refresh rate is
 	// one refresh per period.
 	period time.Duration
@@ -72,7 +74,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	r.mu.Lock()
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {
 		for i := range p.tokens {
-			if t := &p.tokens[i]; t.is(sa, audience, exp) && now.Before(t.refreshAt) {
+			if t := &p.tokens[i]; t.is(sa, audience, exp) && now.Before(t.refreshAt.Time()) {
 				packed := t.token
 				r.mu.Unlock()
 				return packed.Bytes(), nil
@@ -107,7 +109,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	// of each for all of them (unique.Make).
 	entry := podToken{serviceAccount: unique.Make(sa).Value(), audience: unique.Make(audience).Value(),
 		expirationSeconds: exp, token: tokenpack.Pack(tok),
-		eligibleAt: eligible, refreshAt: due, period: period}
+		eligibleAt: instant.Of(eligible), refreshAt: instant.Of(due), period: period}
 	r.mu.Lock()
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {
 		replaced := false
@@ -149,13 +151,14 @@ func (r *Resolver) checkTokens() {
 			if t.period > 0 {
 				rate += 1 / t.period.Seconds()
 			}
-			if now.Before(t.eligibleAt) {
+			eligible := t.eligibleAt.Time()
+			if now.Before(eligible) {
 				continue
 			}
-			if !found || t.eligibleAt.Before(c.eligible) {
-				c.eligible = t.eligibleAt
+			if !found || eligible.Before(c.eligible) {
+				c.eligible = eligible
 			}
-			c.overdue = c.overdue || !now.Before(t.refreshAt)
+			c.overdue = c.overdue || !now.Before(t.refreshAt.Time())
 			found = true
 		}
 		if found {
@@ -192,8 +195,8 @@ func (r *Resolver) checkTokens() {
 	chosen := cands[:n]
 	for _, c := range chosen {
 		for i := range r.pods[c.key].tokens {
-			if t := &r.pods[c.key].tokens[i]; !now.Before(t.eligibleAt) {
-				t.refreshAt, t.eligibleAt = now, now.Add(2*r.checkInterval)
+			if t := &r.pods[c.key].tokens[i]; !now.Before(t.eligibleAt.Time()) {
+				t.refreshAt, t.eligibleAt = instant.Of(now), instant.Of(now.Add(2*r.checkInterval))
 			}
 		}
 	}
