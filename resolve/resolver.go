@@ -341,10 +341,12 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 	objects = uniqueObjects(objects)
 	// Most pods of a node reference the same objects (kube-root-ca.crt): they
 	// share one list, never changed once set, rather than keep one each.
-	if len(objects) > 0 && slices.Equal(objects, r.lastObjects) {
-		objects = r.lastObjects
-	} else if len(objects) > 0 {
-		r.lastObjects = objects
+	if len(objects) > 0 {
+		if slices.Equal(objects, r.lastObjects) {
+			objects = r.lastObjects
+		} else {
+			r.lastObjects = objects
+		}
 	}
 	for _, o := range objects {
 		if o.kind != kindService {

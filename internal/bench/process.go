@@ -145,10 +145,11 @@ func freeAddr() (string, error) {
 // liveHeapMiB has a Go process collect garbage twice and returns its live heap:
 // the heap in use right after the second collection, as its pprof heap endpoint
 // reports it with gc=1&debug=1 (runtime.MemStats' HeapAlloc, read as the
-// profile is written). Read from /metrics a moment later, as it was until 2026-11, it also
-// counted what the process allocated in between: 44.5 MiB against about 35 in
-// one vkubelet run with 10,000 pods, whose agent was still busy. With profile
-// set, the heap profile as of that collection is saved there too.
+// profile is written). Read from /metrics a moment later, as it was until
+// 2026-11, it also counted what the process allocated in between: 44.5 MiB
+// against about 35 in one vkubelet run with 10,000 pods, whose agent was still
+// busy. With profile set, the heap profile as of that collection is saved there
+// too.
 func liveHeapMiB(ctx context.Context, baseURL, profile string) (float64, error) {
 	// Two collections: the first moves what sync.Pools hold (HTTP/2's data
 	// chunks, 1.5 to 3 MiB of them after a burst) to their victim caches, which

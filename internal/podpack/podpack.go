@@ -87,10 +87,10 @@ func Pack(p *corev1.Pod) ([]byte, error) {
 // PackAside is Pack for callers on goroutines that live for one task, as the
 // pod controller's syncs do: the pack runs on the process's aside goroutine
 // (internal/aside), whose stack has the 64 KiB S2 needs (see PackEncoded), so
-// the caller's stack does not grow to 128 KiB for it. A node agent starting pods ran hundreds of
-// such goroutines at once: 29 against 6 MiB of stacks while 10,000 pods
-// started. The hand-over costs less than the stack growth it saves: 9.0 against
-// 10.7 µs for encoding and packing a pod on a new goroutine
+// the caller's stack does not grow to 128 KiB for it. A node agent starting
+// pods ran hundreds of such goroutines at once: 29 against 6 MiB of stacks
+// while 10,000 pods started. The hand-over costs less than the stack growth it
+// saves: 9.0 against 10.7 µs for encoding and packing a pod on a new goroutine
 // (BenchmarkPackAsideOnANewGoroutine, BenchmarkPackOnANewGoroutineWithMarshal).
 func PackAside(p *corev1.Pod) ([]byte, error) {
 	raw, err := p.Marshal()
