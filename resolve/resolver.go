@@ -73,8 +73,6 @@ type Resolver struct {
 	closed bool
 	// pods are the resolved pods by key: what they hold and reference.
 	pods map[string]*podRefs
-	// referrers maps an object to the keys of the pods that referenced it.
-	referrers map[objectKey]map[string]struct{}
 	// lastObjects is the last pod's list of referenced objects, which the
 	// next pod with an equal list shares (setObjectsLocked).
 	lastObjects []objectKey
@@ -142,7 +140,6 @@ func New(cfg Config) (*Resolver, error) {
 		checkInterval: cfg.TokenCheckInterval, syncTimeout: cfg.SyncTimeout,
 		caches: cfg.Caches,
 		stores: map[storeKey]*store{}, pods: map[string]*podRefs{},
-		referrers: map[objectKey]map[string]struct{}{},
 	}, nil
 }
 
@@ -352,25 +349,10 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 		if o.kind != kindService {
 			r.refStoreLocked(storeOf(o))
 		}
-		m := r.referrers[o]
-		if m == nil {
-			m = map[string]struct{}{}
-			r.referrers[o] = m
-		}
-		m[key] = struct{}{}
 	}
 	for _, o := range p.objects {
 		if o.kind != kindService {
 			r.unrefStoreLocked(storeOf(o))
-		}
-		if slices.Contains(objects, o) {
-			continue
-		}
-		if m := r.referrers[o]; m != nil {
-			delete(m, key)
-			if len(m) == 0 {
-				delete(r.referrers, o)
-			}
 		}
 	}
 	p.objects = objects
@@ -392,11 +374,27 @@ func uniqueObjects(objects []objectKey) []objectKey {
 }
 
 // objectChanged tells OnChange about the pods that reference o.
+//
+// It looks through every pod of the node rather than keep an index from objects
+// to pods: objects change seldom (a ConfigMap edited, kube-root-ca.crt rotated),
+// while an index costs about 40 bytes a pod for the node's whole life, and a
+// look through 10,000 pods takes well under a millisecond. Most pods share one
+// list of objects (setObjectsLocked), which is looked through once.
 func (r *Resolver) objectChanged(o objectKey) {
 	r.mu.Lock()
-	keys := make([]string, 0, len(r.referrers[o]))
-	for k := range r.referrers[o] {
-		keys = append(keys, k)
+	var keys []string
+	var lastList *objectKey
+	var lastHas bool
+	for k, p := range r.pods {
+		if len(p.objects) == 0 {
+			continue
+		}
+		if &p.objects[0] != lastList {
+			lastList, lastHas = &p.objects[0], slices.Contains(p.objects, o)
+		}
+		if lastHas {
+			keys = append(keys, k)
+		}
 	}
 	r.mu.Unlock()
 	for _, k := range keys {

@@ -203,8 +203,8 @@ func TestConfigMapsAndSecretsAreWatchedOneByOneWhilePodsReferenceThem(t *testing
 	f.r.Release("ns/b")
 	f.r.mu.Lock()
 	defer f.r.mu.Unlock()
-	if len(f.r.stores) != 0 || len(f.r.pods) != 0 || len(f.r.referrers) != 0 {
-		t.Errorf("after Release: %d caches, %d pods, %d references; want none", len(f.r.stores), len(f.r.pods), len(f.r.referrers))
+	if len(f.r.stores) != 0 || len(f.r.pods) != 0 {
+		t.Errorf("after Release: %d caches, %d pods; want none", len(f.r.stores), len(f.r.pods))
 	}
 }
 
@@ -538,5 +538,51 @@ func TestResolversSharingCachesShareMountedConfigMapBytes(t *testing.T) {
 	defer caches.configMapBytes.mu.Unlock()
 	if n := len(caches.configMapBytes.byObject); n != 0 {
 		t.Errorf("%d ConfigMaps' bytes kept once no pod references them, want 0", n)
+	}
+}
+
+func TestObjectChangedNamesThePodsThatReferenceTheObject(t *testing.T) {
+	f := newTokenFixture(t)
+	a := objectKey{kindConfigMap, "ns", "a"}
+	b := objectKey{kindSecret, "ns", "b"}
+	set := func(key string, objects ...objectKey) {
+		f.r.mu.Lock()
+		defer f.r.mu.Unlock()
+		p := f.r.pods[key]
+		if p == nil {
+			p = &podRefs{uid: types.UID(key)}
+			f.r.pods[key] = p
+		}
+		f.r.setObjectsLocked(key, p, objects)
+	}
+	// p1 and p2 share one list (set one after the other), p3 has a list of its
+	// own, p4 another, p5 none.
+	set("ns/p1", a)
+	set("ns/p2", a)
+	set("ns/p3", b, a)
+	set("ns/p4", b)
+	set("ns/p5")
+	changed := func(o objectKey) []string {
+		f.mu.Lock()
+		f.changed = nil
+		f.mu.Unlock()
+		f.r.objectChanged(o)
+		got := f.changes()
+		slices.Sort(got)
+		return got
+	}
+	if got, want := changed(a), []string{"ns/p1", "ns/p2", "ns/p3"}; !slices.Equal(got, want) {
+		t.Errorf("a changed: OnChange(%v), want %v", got, want)
+	}
+	if got, want := changed(b), []string{"ns/p3", "ns/p4"}; !slices.Equal(got, want) {
+		t.Errorf("b changed: OnChange(%v), want %v", got, want)
+	}
+	if got := changed(objectKey{kindConfigMap, "ns", "other"}); len(got) != 0 {
+		t.Errorf("an object no pod references changed: OnChange(%v), want none", got)
+	}
+	// p2 no longer references a; p1 still does, through the list they shared.
+	set("ns/p2", b)
+	if got, want := changed(a), []string{"ns/p1", "ns/p3"}; !slices.Equal(got, want) {
+		t.Errorf("a changed after p2 moved to b: OnChange(%v), want %v", got, want)
 	}
 }
