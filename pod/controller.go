@@ -222,7 +222,7 @@ func NewController(cfg Config) (*Controller, error) {
 	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return podInformer(client, c.rawPods, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), resync, cache.Indexers{})
 	})
-	if err := podInformer.SetTransform(compactTransform); err != nil {
+	if err := podInformer.SetTransform(compactTransformOf(podInformer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
 	c.informers = factory

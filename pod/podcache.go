@@ -95,10 +95,18 @@ func (c *cachedPod) DeepCopyObject() runtime.Object {
 }
 
 // pod decodes the whole pod. The result is the caller's.
+//
+// Its namespace, name and UID are the cachedPod's strings rather than the
+// decoder's copies of them: the provider, the resolver and the pod's state keep
+// the UID (and the mock the rest) for the pod's life, and with these they keep
+// the one copy the cache has, not one more per decode.
 func (c *cachedPod) pod() (*corev1.Pod, error) {
 	p, err := podpack.Unpack(c.packed)
 	if err != nil {
 		return nil, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if p.Namespace == c.Namespace && p.Name == c.Name && p.UID == c.UID {
+		p.Namespace, p.Name, p.UID = c.Namespace, c.Name, c.UID
 	}
 	return p, nil
 }
@@ -236,6 +244,38 @@ func compactTransform(obj any) (any, error) {
 		return compact(p)
 	}
 	return obj, nil
+}
+
+// compactTransformOf is compactTransform for the informer whose cache is store:
+// a pod that replaces one of the same UID in it takes the name and UID strings
+// of the one it replaces instead of its own copies, so that a pod's status
+// writes coming back through the watch do not leave one copy more of them in
+// memory each time: the pod's state, its resolution and the provider keep the
+// strings of the incarnation they were first handed (cachedPod.pod). The
+// informer calls the transform before it stores the pod, so the cache then
+// holds the incarnation it replaces, or none if the pod is new.
+func compactTransformOf(store cache.Store) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		obj, err := compactTransform(obj)
+		cp, ok := obj.(*cachedPod)
+		if err != nil || !ok {
+			return obj, err
+		}
+		if old, ok := cachedIn(store, cp.key()); ok && old.UID == cp.UID && old.Name == cp.Name {
+			cp.Name, cp.UID = old.Name, old.UID
+		}
+		return cp, nil
+	}
+}
+
+// cachedIn returns the cachedPod stored under key, if any.
+func cachedIn(store cache.Store, key string) (*cachedPod, bool) {
+	obj, exists, err := store.GetByKey(key)
+	if err != nil || !exists {
+		return nil, false
+	}
+	cp, ok := obj.(*cachedPod)
+	return cp, ok
 }
 
 // podCache reads the cachedPods of one node from its informer's cache, or from

@@ -2,13 +2,16 @@ package pod
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -160,5 +163,51 @@ func TestWithStatusIsThePodsStatus(t *testing.T) {
 	want.Spec = corev1.PodSpec{}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("withStatus = %+v\nwant %+v", got, want)
+	}
+}
+
+// sameString reports whether a and b are one string in memory, not two equal ones.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.StringData(a) == unsafe.StringData(b))
+}
+
+func TestAPodKeepsOneCopyOfItsNameAndUID(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	transform := compactTransformOf(store)
+	incarnation := func(uid types.UID, rv string) *cachedPod {
+		p := benchPod()
+		// Strings of their own, as a decoder makes them.
+		p.Name, p.UID, p.ResourceVersion = strings.Clone(p.Name), types.UID(strings.Clone(string(uid))), rv
+		obj, err := transform(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*cachedPod)
+	}
+	first := incarnation("uid-1", "1")
+	if err := store.Add(first); err != nil {
+		t.Fatal(err)
+	}
+	// The pod's own status write coming back: the same incarnation.
+	second := incarnation("uid-1", "2")
+	if !sameString(second.Name, first.Name) || !sameString(string(second.UID), string(first.UID)) {
+		t.Error("a newer version of the pod keeps copies of its name and UID of its own")
+	}
+	if second.ResourceVersion != "2" {
+		t.Errorf("resource version %q, want 2", second.ResourceVersion)
+	}
+	// Another incarnation under the same name keeps its own UID.
+	other := incarnation("uid-2", "3")
+	if other.UID != "uid-2" {
+		t.Errorf("a new incarnation has UID %q, want uid-2", other.UID)
+	}
+	// A decoded pod shares the cache's strings, which the provider and the
+	// resolver keep.
+	p, err := second.pod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameString(p.Name, second.Name) || !sameString(string(p.UID), string(second.UID)) || !sameString(p.Namespace, second.Namespace) {
+		t.Error("a decoded pod has copies of the cache's name, namespace and UID")
 	}
 }

@@ -43,7 +43,7 @@ func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, erro
 	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
 	raw := rawPodsOf(client)
 	informer := podInformer(client, raw, bound, resync, cache.Indexers{byNode: nodeIndex})
-	if err := informer.SetTransform(compactTransform); err != nil {
+	if err := informer.SetTransform(compactTransformOf(informer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
 	s := &Source{informer: informer, router: cacheutil.NewRouter(podNode), rawPods: raw}
