@@ -216,6 +216,10 @@ func (t Token) Bytes() []byte {
 	return b64.AppendEncode(out, sig)
 }
 
+// Packed reports whether Pack packed the token, rather than keep what it was
+// given as given (no JWT, or one Pack cannot rebuild byte for byte).
+func (t Token) Packed() bool { return t.header != (unique.Handle[string]{}) }
+
 // Size is how many bytes t keeps of its own, the shared header not counted.
 func (t Token) Size() int {
 	return len(t.body)

@@ -2,11 +2,14 @@ package mock
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 	"unique"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -53,27 +56,37 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 // keptResolution is what the mock keeps of a ResolvedPod: everything but the pod,
 // which the pod's record holds. It is kept for every pod the mock runs, so it is
 // smaller than a ResolvedPod: the volumes are a slice, not a map (a map of one
-// entry costs about 250 bytes), and their files are packed (keptFile).
+// entry costs about 250 bytes), and their files are kept compactly (keptVolume).
 type keptResolution struct {
 	env             map[string][]corev1.EnvVar
 	volumes         []keptVolume
 	pullCredentials []provider.RegistryCredential
 }
 
-// keptVolume is one resolved volume: its name and files.
+// keptVolume is one resolved volume: its name, the layout of its files, and
+// its service-account tokens.
+//
+// A node's pods mostly mount the same files but their tokens (the
+// kube-api-access volume: the token, the cluster's CA bundle, the namespace), so
+// what is not a token (paths, modes, the other files' data) is kept once for all
+// volumes alike: the layout, a string made canonical with unique.Make, which the
+// runtime frees when no volume uses it. Each volume keeps its name and its tokens,
+// packed (internal/tokenpack). Kept as a slice of files, a pod's token volume
+// took about 220 bytes, against about 80 so.
 type keptVolume struct {
-	name  string
-	files []keptFile
+	name   string
+	layout unique.Handle[string]
+	// tokens are the data of the files the layout marks as tokens, in its order.
+	tokens []tokenpack.Token
 }
 
-// keptFile is a volume file as kept: a service-account token packed (a third
-// of its bytes, internal/tokenpack), any other file's data shared with the
-// resolver's (read-only for everyone, per the provider contract).
-type keptFile struct {
-	path string
-	mode int32
-	data tokenpack.Token
-}
+// A layout is, for each file in turn: the path (uvarint length, bytes), the
+// mode (uvarint), and either layoutToken, the data being the volume's next
+// token, or layoutData and the data (uvarint length, bytes).
+const (
+	layoutToken = 0
+	layoutData  = 1
+)
 
 // keptVolumes returns volumes as kept, in no particular order.
 func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
@@ -81,19 +94,67 @@ func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
 		return nil
 	}
 	out := make([]keptVolume, 0, len(volumes))
+	var layout []byte
 	for name, v := range volumes {
 		if v == nil {
 			continue
 		}
-		files := make([]keptFile, len(v.Files))
-		for i, f := range v.Files {
-			// Paths are the same in many pods ("token", "ca.crt"): one
-			// copy for all of them (unique.Make).
-			files[i] = keptFile{path: unique.Make(f.Path).Value(), mode: f.Mode, data: tokenpack.Pack(f.Data)}
+		var tokens []tokenpack.Token
+		layout = layout[:0]
+		for _, f := range v.Files {
+			layout = binary.AppendUvarint(layout, uint64(len(f.Path)))
+			layout = append(layout, f.Path...)
+			layout = binary.AppendUvarint(layout, uint64(uint32(f.Mode)))
+			if t := tokenpack.Pack(f.Data); t.Packed() {
+				layout = append(layout, layoutToken)
+				tokens = append(tokens, t)
+				continue
+			}
+			layout = append(layout, layoutData)
+			layout = binary.AppendUvarint(layout, uint64(len(f.Data)))
+			layout = append(layout, f.Data...)
 		}
-		out = append(out, keptVolume{name: name, files: files})
+		out = append(out, keptVolume{name: name, layout: unique.Make(string(layout)), tokens: slices.Clip(tokens)})
 	}
 	return out
+}
+
+// files returns the volume's files. Paths and the data of files that are no
+// token are the layout's, shared: read-only for everyone, as the provider
+// contract has all resolved data.
+func (v keptVolume) files() []provider.VolumeFile {
+	layout := v.layout.Value()
+	var files []provider.VolumeFile
+	tokens := v.tokens
+	for len(layout) > 0 {
+		var f provider.VolumeFile
+		f.Path, layout = layoutString(layout)
+		mode, n := binary.Uvarint([]byte(layout[:min(len(layout), binary.MaxVarintLen32)]))
+		f.Mode, layout = int32(uint32(mode)), layout[n:]
+		kind := layout[0]
+		layout = layout[1:]
+		if kind == layoutToken {
+			f.Data, tokens = tokens[0].Bytes(), tokens[1:]
+		} else {
+			var data string
+			data, layout = layoutString(layout)
+			f.Data = unsafe.Slice(unsafe.StringData(data), len(data))
+		}
+		files = append(files, f)
+	}
+	return files
+}
+
+// layoutString reads a uvarint length and that many bytes from a layout, and
+// returns them and the rest. Layouts are the mock's own (keptVolumes): a
+// malformed one is a bug, and panics.
+func layoutString(layout string) (s, rest string) {
+	n, w := binary.Uvarint([]byte(layout[:min(len(layout), binary.MaxVarintLen64)]))
+	if w <= 0 {
+		panic("mock: a malformed volume layout")
+	}
+	end := w + int(n)
+	return layout[w:end], layout[end:]
 }
 
 // withPod returns the resolution with the pod of rec. The environment and the
@@ -103,11 +164,7 @@ func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
 	if k.volumes != nil {
 		rp.Volumes = make(map[string]*provider.VolumeContents, len(k.volumes))
 		for _, v := range k.volumes {
-			files := make([]provider.VolumeFile, len(v.files))
-			for i, f := range v.files {
-				files[i] = provider.VolumeFile{Path: f.path, Mode: f.mode, Data: f.data.Bytes()}
-			}
-			rp.Volumes[v.name] = &provider.VolumeContents{Files: files}
+			rp.Volumes[v.name] = &provider.VolumeContents{Files: v.files()}
 		}
 	}
 	return rp

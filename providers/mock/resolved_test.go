@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"testing"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -76,10 +77,30 @@ func TestResolvedPodIsKeptAndShownByExec(t *testing.T) {
 			t.Errorf("exec %q = %q, %v; want %q", tt.cmd, got, err, tt.want)
 		}
 	}
-	for _, f := range p.pods["default/web"].resolution.volumes[0].files {
-		if f.path == "token" && f.data.Size() > len(testToken)/2 {
-			t.Errorf("the token file (%d bytes) is kept in %d: not packed", len(testToken), f.data.Size())
+	if v := p.pods["default/web"].resolution.volumes[0]; len(v.tokens) != 1 || v.tokens[0].Size() > len(testToken)/2 {
+		t.Errorf("the volume keeps %d tokens (want 1, the token file of %d bytes packed to under half)", len(v.tokens), len(testToken))
+	}
+	// A second pod with the same files but its token shares their layout; one
+	// whose files differ has its own.
+	twin := resolvedPod()
+	twin.Pod = testPod("twin", "uid-2")
+	other := resolvedPod()
+	other.Pod = testPod("other", "uid-3")
+	other.Volumes["conf"].Files[0].Data = []byte("v2")
+	for _, rp := range []*provider.ResolvedPod{twin, other} {
+		if err := p.CreateResolvedPod(context.Background(), rp); err != nil {
+			t.Fatal(err)
 		}
+	}
+	layout := func(name string) unique.Handle[string] { return p.pods["default/"+name].resolution.volumes[0].layout }
+	if layout("twin") != layout("web") {
+		t.Error("two pods with the same volume files but the token keep a layout each")
+	}
+	if layout("other") == layout("web") {
+		t.Error("pods whose volume files differ share a layout")
+	}
+	if got := p.Resolved("default", "other").Volumes["conf"].Files; len(got) != 3 || string(got[0].Data) != "v2" || got[0].Mode != 0o644 || got[2].Path != "token" || string(got[2].Data) != testToken {
+		t.Errorf("the other pod's files read back as %+v", got)
 	}
 	out, err := exec(t, p, "cat", "/etc/conf/nope")
 	var exitErr *provider.ExecError
