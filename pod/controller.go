@@ -341,7 +341,8 @@ func (c *Controller) ownStatus(p *cachedPod) bool {
 		case s.writing:
 			s.updatedWhileWriting, own = true, true
 		case s.writtenStatus == p.statusHash:
-			own = true
+			// Ours, unless a check compared with the cache before it came.
+			own, s.staleCheck = !s.staleCheck, false
 		}
 	})
 	return own

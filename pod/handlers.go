@@ -27,6 +27,12 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return nil
 	}
+	// The cache may not show our last write yet: its echo can be on its way
+	// through the watch, and a write is often followed at once by the next
+	// check (a pod's Pending then Running). Such a check compares with a status
+	// older than the API's, so the echo is to be checked again (staleCheck). Said
+	// before the cache is read, so that an echo coming in between is too.
+	c.state.updateIfExists(key, func(s *podState) { s.staleCheck = s.staleCheck || s.writtenStatus != 0 })
 	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -34,6 +40,11 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
+	c.state.updateIfExists(key, func(s *podState) {
+		if cached.statusHash == s.writtenStatus {
+			s.staleCheck = false // the cache shows the write: this check is up to date
+		}
+	})
 	st := c.state.get(key)
 	if st.providerUID != cached.UID || cached.terminal {
 		return nil // not (yet) in the provider, or finished for good
@@ -102,14 +113,15 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 	// The write comes back through the watch: knowing its status there, the
 	// update handler does not check it against the provider again (ownStatus).
 	// An update seen during the write is checked unless the pod now cached has
-	// the status written.
-	recheck := false
+	// the status written and the write was not made against an older cache
+	// (staleCheck).
+	recheck, stale := false, false
 	c.state.updateIfExists(key, func(s *podState) {
-		recheck = s.updatedWhileWriting
+		recheck, stale = s.updatedWhileWriting, s.staleCheck
 		s.writing, s.updatedWhileWriting, s.writtenStatus = false, false, written
 	})
 	if recheck {
-		if cur, cerr := c.pods.getCached(p.Namespace, p.Name); err != nil || written == 0 || cerr != nil || cur.statusHash != written {
+		if cur, cerr := c.pods.getCached(p.Namespace, p.Name); err != nil || written == 0 || cerr != nil || cur.statusHash != written || stale {
 			c.statusQueue.Add(key)
 		}
 	}

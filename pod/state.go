@@ -40,6 +40,12 @@ type podState struct {
 	// writing is set while a status write is in flight, and
 	// updatedWhileWriting when an update of the pod's status came meanwhile.
 	writing, updatedWhileWriting bool
+	// staleCheck is set while a status check compares with a cache that may
+	// not show the last write yet (its echo still on its way through the
+	// watch): the cache is then older than the API, and a provider status
+	// equal to what it shows looks like nothing to write. The write's echo is
+	// then checked again rather than taken as our own (ownStatus, writeStatus).
+	staleCheck bool
 	// startTrace is the recorded sync span that created the pod in the provider,
 	// until the first status write continues its trace; nil when not traced (a
 	// pointer: most pods are not, and the 56 bytes inline made every pod's
