@@ -274,9 +274,24 @@ func (p *Provider) publish(rec *podRecord, status *corev1.PodStatus) {
 		pod = rec.podLocked()
 	}
 	p.mu.Unlock()
+	if changed {
+		// What the pod controller was told, and when: with its own log, it tells
+		// a status the provider never reached from one the API never got.
+		p.log.Debug("pod status changed", "pod", rec.key, "phase", status.Phase, "ready", podReady(status), "notified", notify != nil)
+	}
 	if pod != nil {
 		notify(pod)
 	}
+}
+
+// podReady is the status of the pod's Ready condition.
+func podReady(s *corev1.PodStatus) corev1.ConditionStatus {
+	for _, c := range s.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
 }
 
 // runSandbox creates the pod's sandbox, with back-off on failure. It reports whether
