@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -139,6 +140,15 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 
 	second := startNodeProcess(t, args...)
 	restarted := time.Now()
+	// The pods not Running at the last look: if they stay so, what each process
+	// logged about them (the logs printed at the end are only their tails).
+	var stuckNames []string
+	t.Cleanup(func() {
+		if t.Failed() {
+			logPodLines(t, "first process", first.log, ns, stuckNames)
+			logPodLines(t, "restarted process", second.log, ns, stuckNames)
+		}
+	})
 	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		pods := podsOf(t, c, ns)
 		run := 0
@@ -149,10 +159,12 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 		}
 		sbs, cs := criPods(t, rt)
 		var stuck []string
+		stuckNames = stuckNames[:0]
 		for _, p := range pods {
 			if p.Status.Phase != corev1.PodRunning {
 				b, _ := json.Marshal(p.Status.ContainerStatuses)
 				stuck = append(stuck, fmt.Sprintf("%s (%s, %d sandboxes, %d containers): %s %s", p.Name, p.Status.Phase, sbs[string(p.UID)], cs[string(p.UID)], p.Status.Message, b))
+				stuckNames = append(stuckNames, p.Name)
 			}
 		}
 		return len(pods) == total-6 && run == total-6 && len(sbs) == total-6 && len(cs) == total-6,
@@ -201,4 +213,33 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 			fmt.Sprintf("%d pods in the API, %d sandboxes, %d running containers", len(pods), len(sbs), len(cs))
 	})
 	t.Logf("every pod and sandbox gone %s after the second restart", time.Since(restarted).Round(time.Millisecond))
+}
+
+// logPodLines logs the lines of a node process's log about the named pods of
+// namespace ns, the last maxLines of them.
+func logPodLines(t *testing.T, what, logPath, ns string, names []string) {
+	const maxLines = 80
+	if len(names) == 0 {
+		return
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Logf("%s log: %v", what, err)
+		return
+	}
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, name := range names {
+			// "pod=ns/p-3" must not match p-31: the key ends the line or a field.
+			key := "pod=" + ns + "/" + name
+			if i := strings.Index(line, key); i >= 0 && (len(line) == i+len(key) || line[i+len(key)] == ' ') {
+				lines = append(lines, line)
+				break
+			}
+		}
+	}
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	t.Logf("%s log, lines about %v (%d):\n%s", what, names, len(lines), strings.Join(lines, "\n"))
 }
