@@ -38,6 +38,8 @@
 // pods/<uid>/pod.json. New lists the sandboxes of its node and takes their pods over,
 // so a restarted process finds its pods, duplicates nothing (CreatePod of a known UID
 // is a no-op) and leaves nothing orphaned (a sandbox without pod.json is removed).
+// It reads each pod from the runtime before it returns, so that a pod running before
+// the restart is reported running from the start, not as a pod just accepted.
 //
 // # Streams, logs and stats
 //

@@ -52,16 +52,23 @@ func probeDefaults(pr *corev1.Probe) (period, timeout time.Duration, success, fa
 	return
 }
 
-// runProbes runs the probes that are due on the pod's running containers and acts on
-// their results: readiness, startup and, for failed liveness or startup probes, a
-// restart of the container.
-func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+// probedContainers are the containers whose probes run: the app containers and
+// the sidecars.
+func probedContainers(pod *corev1.Pod) []corev1.Container {
 	cs := append([]corev1.Container{}, pod.Spec.Containers...)
 	for _, c := range pod.Spec.InitContainers {
 		if isSidecar(&c) {
 			cs = append(cs, c)
 		}
 	}
+	return cs
+}
+
+// runProbes runs the probes that are due on the pod's running containers and acts on
+// their results: readiness, startup and, for failed liveness or startup probes, a
+// restart of the container.
+func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+	cs := probedContainers(pod)
 	for i := range cs {
 		c := &cs[i]
 		st := rec.ctr(c.Name)

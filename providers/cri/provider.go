@@ -53,6 +53,9 @@ const (
 	defaultGracePeriod = 30 * time.Second
 	// rpcTimeout bounds the CRI calls that should be quick.
 	rpcTimeout = 2 * time.Minute
+	// takeOverReadTime bounds how long New reads the pods it takes over
+	// (readTakenOver): a pod not read by then is read by its goroutine.
+	takeOverReadTime = 10 * time.Second
 )
 
 // Provider runs pods on a CRI runtime. Create it with New; Close stops its goroutines
@@ -190,6 +193,8 @@ func (p *Provider) savePod(rp *provider.ResolvedPod) error {
 
 // recover takes over the sandboxes of this node that the runtime already runs.
 func (p *Provider) recover(ctx context.Context) error {
+	readCtx, cancelRead := context.WithTimeout(ctx, takeOverReadTime)
+	defer cancelRead()
 	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
 	list, err := p.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
@@ -234,6 +239,7 @@ func (p *Provider) recover(ctx context.Context) error {
 		rec.sandboxID = sb.Id
 		rec.oldSandboxes = older[uid]
 		rec.sandboxAttempt = sb.GetMetadata().GetAttempt()
+		p.readTakenOver(readCtx, rec)
 		p.pods[rec.key] = rec
 		p.log.Info("took over pod", "pod", rec.key, "uid", uid, "sandbox", sb.Id)
 		p.startWorker(rec)
@@ -272,6 +278,34 @@ func (p *Provider) recover(ctx context.Context) error {
 		p.startWorker(rec)
 	}
 	return nil
+}
+
+// readTakenOver reads a pod taken over from the runtime before its goroutine
+// runs, so that the status it reports from the start is what the runtime runs.
+// The goroutine's first sync can come after the pod controller's first look (its
+// start-up reconcile reads every pod's status and writes it), which otherwise
+// found the status of a pod just accepted, every container ContainerCreating,
+// and wrote it over the Running the API had. Probes start as runProbes starts
+// them: a running container is started without a startup probe, and ready too
+// without a readiness probe. A pod not read (a failure, or ctx over: the runtime
+// is slow) is read by its goroutine, as before.
+func (p *Provider) readTakenOver(ctx context.Context, rec *podRecord) {
+	if ctx.Err() != nil {
+		return
+	}
+	pod := rec.pod
+	if err := p.refresh(ctx, rec, pod); err != nil {
+		p.log.Warn("reading a pod taken over from the runtime", "pod", rec.key, "err", err)
+		return
+	}
+	rec.initDone = initContainersDone(rec, pod)
+	for _, c := range probedContainers(pod) {
+		if st := rec.ctrs[c.Name]; st != nil && st.cur != nil && st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			st.probes = probeStates{containerID: st.cur.Id, started: c.StartupProbe == nil}
+			st.probes.ready = st.probes.started && c.ReadinessProbe == nil
+		}
+	}
+	rec.status = computeStatus(rec, pod, p.hostIP)
 }
 
 // removeSandbox stops and removes a sandbox and its containers, logging failures.

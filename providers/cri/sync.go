@@ -548,6 +548,27 @@ func (p *Provider) startCreated(ctx context.Context, rec *podRecord, c *corev1.C
 	return true
 }
 
+// initContainersDone reports whether the pod's init containers are done as the
+// runtime was last read, as startContainers finds them: each exited 0 in the
+// current sandbox, a sidecar running.
+func initContainersDone(rec *podRecord, pod *corev1.Pod) bool {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		st := rec.ctrs[c.Name]
+		if st == nil || st.cur == nil || st.stale {
+			return false
+		}
+		if isSidecar(c) {
+			if st.cur.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return false
+			}
+		} else if st.cur.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.cur.ExitCode != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // ranAny reports whether one of the pod's init or app containers has run.
 func ranAny(rec *podRecord, pod *corev1.Pod) bool {
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
