@@ -103,9 +103,14 @@ func TestBytesThatAreNotAPackedPodAreAnError(t *testing.T) {
 	if _, err := Unpack(nil); err == nil {
 		t.Error("no bytes at all unpacked without an error")
 	}
+	packed, _ := Pack(aPod(1))
+	packed[0] = 7
+	if _, err := Unpack(packed); err == nil {
+		t.Error("bytes naming a dictionary there is none of unpacked without an error")
+	}
 	// Bytes that claim more than any pod encodes to are refused before
 	// anything is allocated for them.
-	huge := binary.AppendUvarint(nil, maxEncodedPod+1)
+	huge := binary.AppendUvarint([]byte{staticDict}, maxEncodedPod+1)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	err := UnpackEncoded(huge, func([]byte) error { return nil })
@@ -287,5 +292,43 @@ func benchmarkOnANewGoroutine(b *testing.B, op func()) {
 			close(done)
 		}()
 		<-done
+	}
+}
+
+// The first pod big enough teaches the dictionary its siblings pack against;
+// pods packed before it, against the static one, stay readable.
+func TestPodsPackSmallerAgainstTheFirstPodAndStayReadable(t *testing.T) {
+	// The test makes the process's learned dictionary anew: it puts the one
+	// it found back, for the bytes other tests packed against it.
+	was := dicts.learned.Swap(nil)
+	t.Cleanup(func() { dicts.learned.Store(was) })
+
+	small := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}
+	first, second := aPod(1), aPod(2)
+	var packs [][]byte
+	for _, p := range []*corev1.Pod{small, first, second} {
+		packed, err := Pack(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		packs = append(packs, packed)
+	}
+	if packs[0][0] != staticDict || packs[1][0] != learnedDict || packs[2][0] != learnedDict {
+		t.Fatalf("dictionaries %d, %d, %d; want static for the small pod, learned from the first big one on", packs[0][0], packs[1][0], packs[2][0])
+	}
+	raw, _ := second.Marshal()
+	againstStatic := len(dicts.static().Encode(nil, raw)) + 1
+	t.Logf("a sibling of the first pod: %d bytes encoded, %d packed against the learned dictionary, %d against the static one", len(raw), len(packs[2]), againstStatic)
+	if len(packs[2]) >= againstStatic {
+		t.Errorf("a sibling of the first pod packs to %d bytes against the learned dictionary, %d against the static one", len(packs[2]), againstStatic)
+	}
+	for i, p := range []*corev1.Pod{small, first, second} {
+		got, err := Unpack(packs[i])
+		if err != nil {
+			t.Fatalf("Unpack %q: %v", p.Name, err)
+		}
+		if !equality.Semantic.DeepEqual(got, p) {
+			t.Errorf("pod %q unpacked differs", p.Name)
+		}
 	}
 }

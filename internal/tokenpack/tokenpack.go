@@ -14,9 +14,10 @@
 // few names, four UIDs and four times. Only the signature is as random as its
 // bytes, which base64 writes in a third more. So a Token keeps the header
 // interned (one copy per distinct header in the process), the claims decoded
-// and compressed with S2 against a dictionary that is a typical bound token's
-// claims, and the signature decoded: a token of 792 bytes from the project's
-// control plane is kept in about 280.
+// and compressed with S2 against a dictionary made of a typical bound token's
+// claims and those of the first token the process packs, and the signature
+// decoded: a token of about 900 bytes from the project's control plane is kept
+// in about 240.
 //
 // Bytes rebuilds the token byte for byte. Pack checks that it does and keeps
 // anything it cannot rebuild exactly as it was given: a token that is no JWT,
@@ -35,6 +36,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"unique"
 
 	"github.com/klauspost/compress/s2"
@@ -61,8 +63,8 @@ var (
 )
 
 // claimsSkeleton is a bound service-account token's claims as kube-apiserver
-// writes them (keys sorted, no spaces), with placeholder values: the dictionary
-// the claims are compressed against.
+// writes them (keys sorted, no spaces), with placeholder values: the start of
+// the dictionary the claims are compressed against (dict).
 const claimsSkeleton = `{"aud":["https://kubernetes.default.svc.cluster.local"],` +
 	`"exp":1700000000,"iat":1700000000,"iss":"https://kubernetes.default.svc.cluster.local",` +
 	`"jti":"00000000-0000-0000-0000-000000000000","kubernetes.io":{"namespace":"default",` +
@@ -71,16 +73,44 @@ const claimsSkeleton = `{"aud":["https://kubernetes.default.svc.cluster.local"],
 	`"serviceaccount":{"name":"default","uid":"00000000-0000-0000-0000-000000000000"},` +
 	`"warnafter":1700000000},"nbf":1700000000,"sub":"system:serviceaccount:default:default"}`
 
-// dict is the S2 dictionary of claimsSkeleton, made on first use. Its hash
-// table (32 KiB, built on the first pack) is read by every pack, written by
-// none.
-var dict = sync.OnceValue(func() *s2.Dict {
-	d := s2.MakeDict([]byte(claimsSkeleton), nil)
-	if d == nil {
-		panic(fmt.Sprintf("tokenpack: the claims skeleton's %d bytes are no S2 dictionary", len(claimsSkeleton)))
+// dict is the S2 dictionary the claims are compressed against, made by the
+// process's first pack (dictFor) and never changed after: every token the
+// process packed was compressed against it, and is decompressed against it.
+// Its hash table (32 KiB, built on the first pack) is read by every pack,
+// written by none.
+var dict atomic.Pointer[s2.Dict]
+
+// maxLearned bounds the first token's claims that join the dictionary.
+const maxLearned = 4 << 10
+
+// dictFor returns dict, made first if this is the process's first pack, from
+// claimsSkeleton followed by the claims being packed (at most maxLearned
+// bytes). A node's tokens share much more than the skeleton's keys: one
+// issuer and audience, the node's name and UID, and for most pods one
+// namespace and the UID of its default ServiceAccount. A token that shares
+// the first's node and ServiceAccount is kept in about 70 bytes less than
+// against the skeleton alone (TestTokensOfOneNodePackSmallerThanTheFirst: 169
+// against 242; 61 a pod less in a probe of 2,000 pods on 200 nodes); a token
+// unlike the first compresses as it would against the skeleton, which comes
+// first.
+func dictFor(claims []byte) *s2.Dict {
+	if d := dict.Load(); d != nil {
+		return d
 	}
-	return d
-})
+	src := []byte(claimsSkeleton)
+	if len(claims) <= maxLearned {
+		// Last, so that the nearest matches are the likeliest ones.
+		src = append(src, claims...)
+	}
+	d := s2.MakeDict(src, nil)
+	if d == nil {
+		panic(fmt.Sprintf("tokenpack: %d bytes of claims are no S2 dictionary", len(src)))
+	}
+	if dict.CompareAndSwap(nil, d) {
+		return d
+	}
+	return dict.Load()
+}
 
 // maxClaims bounds the claims this package compresses: S2 refers to the
 // dictionary only from the first 64 KiB of a block, and no token comes near.
@@ -110,7 +140,7 @@ func Pack(token []byte) Token {
 	var body []byte
 	aside.Do(func() {
 		buf := scratch.Get().(*[]byte)
-		*buf = dict().Encode((*buf)[:0], claims)
+		*buf = dictFor(claims).Encode((*buf)[:0], claims)
 		var length [binary.MaxVarintLen64]byte
 		k := binary.PutUvarint(length[:], uint64(sigLen))
 		body = make([]byte, 0, k+sigLen+len(*buf)) // kept for long: no spare room
@@ -201,7 +231,8 @@ func (t Token) Bytes() []byte {
 	sig, block := t.body[n:n+int(sigLen)], t.body[n+int(sigLen):]
 	buf := scratch.Get().(*[]byte)
 	defer scratch.Put(buf)
-	claims, err := dict().Decode((*buf)[:0], block)
+	// A packed token exists only once dict does.
+	claims, err := dict.Load().Decode((*buf)[:0], block)
 	if err != nil {
 		// Pack rebuilt the token from these bytes before it kept them.
 		panic(fmt.Sprintf("tokenpack: a packed token does not unpack: %v", err))

@@ -14,12 +14,19 @@ import (
 // tokens, with a random signature of sigLen bytes (64: ES256; 256: RS256).
 func boundToken(t testing.TB, pod string, sigLen int) []byte {
 	t.Helper()
+	return nodeToken(t, pod, uuid(t), uuid(t), sigLen)
+}
+
+// nodeToken is boundToken for a node of UID nodeUID and a pod of the
+// ServiceAccount of UID saUID.
+func nodeToken(t testing.TB, pod, nodeUID, saUID string, sigLen int) []byte {
+	t.Helper()
 	header := `{"alg":"ES256","kid":"RLM1GoikbAetyF4eUbJ6CV9HX1zKWBOPjxuzFjwwfIQ"}`
 	claims := fmt.Sprintf(`{"aud":["https://kubernetes.default.svc.cluster.local"],"exp":1795669030,"iat":1795665430,`+
 		`"iss":"https://kubernetes.default.svc.cluster.local","jti":"%s","kubernetes.io":{"namespace":"shop",`+
 		`"node":{"name":"vk-7","uid":"%s"},"pod":{"name":"%s","uid":"%s"},"serviceaccount":{"name":"default","uid":"%s"},`+
 		`"warnafter":1795669037},"nbf":1795665430,"sub":"system:serviceaccount:shop:default"}`,
-		uuid(t), uuid(t), pod, uuid(t), uuid(t))
+		uuid(t), nodeUID, pod, uuid(t), saUID)
 	sig := make([]byte, sigLen)
 	if _, err := rand.Read(sig); err != nil {
 		t.Fatal(err)
@@ -180,5 +187,31 @@ func TestARememberedTokenOfTheSameHashButOtherBytesIsNotGiven(t *testing.T) {
 	recent.put(maphash.Bytes(recent.seed, tok), Pack(other))
 	if got := Pack(tok).Bytes(); !bytes.Equal(got, tok) {
 		t.Fatalf("Bytes() = %q, want %q", got, tok)
+	}
+}
+
+// The dictionary learns from the process's first token what a node's tokens
+// share (its UID, the ServiceAccount's), and keeps the rest smaller.
+func TestTokensOfOneNodePackSmallerThanTheFirst(t *testing.T) {
+	// The test makes the dictionary anew; it puts the process's back, and
+	// forgets the tokens it packed, which only the test's dictionary reads.
+	was := dict.Swap(nil)
+	t.Cleanup(func() {
+		recent.mu.Lock()
+		recent.slots = [recentSlots]recentToken{}
+		recent.mu.Unlock()
+		dict.Store(was)
+	})
+	node, sa := uuid(t), uuid(t)
+	first := Pack(nodeToken(t, "web-1", node, sa, 64))
+	againstSkeleton := Pack(boundToken(t, "web-2", 64))
+	sibling := nodeToken(t, "web-3", node, sa, 64)
+	p := Pack(sibling)
+	if !bytes.Equal(p.Bytes(), sibling) {
+		t.Fatal("a token packed against the learned dictionary does not rebuild")
+	}
+	t.Logf("first %d bytes, a token of another node %d, one of the first's node %d", first.Size(), againstSkeleton.Size(), p.Size())
+	if p.Size()+60 > againstSkeleton.Size() {
+		t.Errorf("a token of the first's node and ServiceAccount is kept in %d bytes, one of another in %d: want 60 less at least (two UUIDs)", p.Size(), againstSkeleton.Size())
 	}
 }
