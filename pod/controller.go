@@ -342,7 +342,7 @@ func (c *Controller) ownStatus(p *cachedPod) bool {
 			s.updatedWhileWriting, own = true, true
 		case s.writtenStatus == p.statusHash:
 			// Ours, unless a check compared with the cache before it came.
-			own, s.staleCheck = !s.staleCheck, false
+			own, s.staleCheck, s.echoPending = !s.staleCheck, false, false
 		}
 	})
 	return own

@@ -32,7 +32,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	// check (a pod's Pending then Running). Such a check compares with a status
 	// older than the API's, so the echo is to be checked again (staleCheck). Said
 	// before the cache is read, so that an echo coming in between is too.
-	c.state.updateIfExists(key, func(s *podState) { s.staleCheck = s.staleCheck || s.writtenStatus != 0 })
+	c.state.updateIfExists(key, func(s *podState) { s.staleCheck = s.staleCheck || s.echoPending })
 	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -119,11 +119,21 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 	c.state.updateIfExists(key, func(s *podState) {
 		recheck, stale = s.updatedWhileWriting, s.staleCheck
 		s.writing, s.updatedWhileWriting, s.writtenStatus = false, false, written
+		s.echoPending = written != 0
 	})
-	if recheck {
-		if cur, cerr := c.pods.getCached(p.Namespace, p.Name); err != nil || written == 0 || cerr != nil || cur.statusHash != written || stale {
-			c.statusQueue.Add(key)
-		}
+	// The echo may have come during the write (ownStatus left it to us): the
+	// cache shows the write, and no echo is pending.
+	cur, cerr := c.pods.getCached(p.Namespace, p.Name)
+	shown := cerr == nil && written != 0 && cur.statusHash == written
+	if shown {
+		c.state.updateIfExists(key, func(s *podState) {
+			if s.writtenStatus == written {
+				s.echoPending = false
+			}
+		})
+	}
+	if recheck && (err != nil || !shown || stale) {
+		c.statusQueue.Add(key)
 	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // the pod is gone or was replaced; its successor gets its own sync

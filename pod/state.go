@@ -46,6 +46,11 @@ type podState struct {
 	// equal to what it shows looks like nothing to write. The write's echo is
 	// then checked again rather than taken as our own (ownStatus, writeStatus).
 	staleCheck bool
+	// echoPending is set from a status write until its echo (the pod with the
+	// status written) comes through the watch: only a check made meanwhile
+	// reads a cache older than the API. After the echo, a cache that differs
+	// from writtenStatus shows someone else's later write, which is up to date.
+	echoPending bool
 	// startTrace is the recorded sync span that created the pod in the provider,
 	// until the first status write continues its trace; nil when not traced (a
 	// pointer: most pods are not, and the 56 bytes inline made every pod's
