@@ -72,17 +72,17 @@ const maxEncodedPod = 64 << 20
 // a probe of 2,000 Deployment pods on 200 nodes, the pod cache's and the
 // mock's packs together took 355 bytes a pod against 612). A pod unlike the
 // first compresses against learned as it would against static, which comes
-// first in it. Pods packed before learned
-// exists keep static, so packed bytes stay readable for the process's life.
+// first in it. Pods packed before learned exists keep static, so packed bytes
+// stay readable for the process's life.
 const (
 	staticDict  = 0
 	learnedDict = 1
 )
 
-// minLearned and maxLearned bound the encodings a dictionary is learned from: at least a
-// pod's worth (an empty pod encodes to a few bytes), and not so long that its
-// hash table would miss most of it (S2 indexes a dictionary's first 64 KiB,
-// and a long one has the table's 32 KiB of slots to share).
+// minLearned and maxLearned bound the encodings a dictionary is learned from:
+// at least a pod's worth (an empty pod encodes to a few bytes), and not so long
+// that its hash table would miss most of it (S2 indexes a dictionary's first
+// 64 KiB, and a long one has the table's 32 KiB of slots to share).
 const (
 	minLearned = 512
 	maxLearned = 8 << 10

@@ -188,7 +188,7 @@ func (r *recentTokens) get(hash uint64) (Token, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	slot := r.slots[hash%recentSlots]
-	return slot.token, slot.hash == hash && slot.token.header != (unique.Handle[string]{})
+	return slot.token, slot.hash == hash && slot.token.Packed()
 }
 
 // put remembers t, packed from bytes of this hash.
@@ -224,7 +224,7 @@ func split(token []byte) (header, claims, sig []byte, ok bool) {
 // Bytes returns the token as it was packed: a new slice for a packed token, the
 // one given for a token kept as given (read-only, like the one Pack was given).
 func (t Token) Bytes() []byte {
-	if t.header == (unique.Handle[string]{}) {
+	if !t.Packed() {
 		return t.body
 	}
 	sigLen, n := binary.Uvarint(t.body)
