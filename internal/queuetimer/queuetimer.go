@@ -3,7 +3,8 @@
 // goroutine and an 8 KiB channel of its own; a process with a thousand virtual
 // nodes has three thousand pod queues, nearly all idle, and would keep 24 MiB and
 // three thousand goroutines for retries and grace-period checks that rarely come.
-// A Timer's queues are client-go's plain queues with AddAfter kept by the Timer.
+// A Timer's queues are client-go's plain queues with AddAfter kept by the Timer,
+// or, for queues without metrics, leanqueue's.
 package queuetimer
 
 import (
@@ -14,6 +15,8 @@ import (
 
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/internal/leanqueue"
 )
 
 // Timer keeps the delayed items of its queues and adds each to its queue when
@@ -35,8 +38,9 @@ func New(clk clock.WithTicker) *Timer {
 	return &Timer{clock: clk, wake: make(chan struct{}, 1)}
 }
 
-// Queue returns a new delaying queue (client-go's plain queue configured by cfg)
-// whose AddAfter the Timer keeps. For a rate-limiting queue, pass it as
+// Queue returns a new delaying queue whose AddAfter the Timer keeps: client-go's
+// plain queue configured by cfg, or, when cfg has no name (and client-go would
+// report no metrics of it), a leanqueue. For a rate-limiting queue, pass it as
 // TypedRateLimitingQueueConfig.DelayingQueue.
 func (t *Timer) Queue(cfg workqueue.TypedQueueConfig[string]) workqueue.TypedDelayingInterface[string] {
 	return t.NotifyingQueue(cfg, nil)
@@ -49,7 +53,14 @@ func (t *Timer) NotifyingQueue(cfg workqueue.TypedQueueConfig[string], added fun
 	if cfg.Clock == nil {
 		cfg.Clock = t.clock
 	}
-	return &queue{TypedInterface: workqueue.NewTypedWithConfig(cfg), timer: t, waiting: map[string]*pending{}, added: added}
+	var base workqueue.TypedInterface[string]
+	if cfg.Name == "" {
+		// client-go reports no metrics for it either.
+		base = leanqueue.New()
+	} else {
+		base = workqueue.NewTypedWithConfig(cfg)
+	}
+	return &queue{TypedInterface: base, timer: t, added: added}
 }
 
 // Run adds the items whose time has come to their queues until ctx ends.
@@ -94,6 +105,9 @@ func (t *Timer) takeDue() (due []*pending, next time.Duration) {
 		}
 		heap.Pop(&t.pending)
 		delete(p.q.waiting, p.item)
+		if len(p.q.waiting) == 0 {
+			p.q.waiting = nil // as leanqueue's sets, not kept at a burst's size
+		}
 		due = append(due, p)
 	}
 	return due, 0
@@ -139,6 +153,9 @@ func (q *queue) AddAfter(item string, d time.Duration) {
 	} else {
 		p = &pending{q: q, item: item, at: at}
 		heap.Push(&t.pending, p)
+		if q.waiting == nil {
+			q.waiting = map[string]*pending{}
+		}
 		q.waiting[item] = p
 	}
 	if t.pending[0].q == q && t.pending[0].item == item {
