@@ -553,7 +553,7 @@ func TestAStatusOnlyChangeIsSyncedWithoutDecoding(t *testing.T) {
 	}
 	f.c.state.update("ns/a", func(s *podState) {
 		undecodable := *s.lastPod
-		undecodable.packed = []byte("not a packed pod")
+		undecodable.packed = "not a packed pod"
 		s.lastPod = &undecodable
 	})
 	p, _ := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})

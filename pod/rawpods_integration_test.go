@@ -75,7 +75,7 @@ func TestAPodReadEncodedIsCachedAsWhenDecoded(t *testing.T) {
 		if !reflect.DeepEqual(gotCached, wantCached) {
 			t.Errorf("%s: read encoded, the pod is cached as\n%+v\nread decoded, as\n%+v", step, gotCached, wantCached)
 		}
-		unpacked, err := podpack.Unpack(gotCached.packed)
+		unpacked, err := podpack.Unpack(gotCached.packedBytes())
 		if err != nil {
 			t.Fatal(err)
 		}
