@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -171,11 +173,17 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 type podRecord struct {
 	// key is namespace/name: the record's key in Provider.pods, one string for
 	// both.
-	key    string
-	uid    types.UID
-	packed []byte // the pod as last given by CreatePod, UpdatePod or DeletePod (internal/podpack)
-	podIP  string
+	key string
+	uid types.UID
+	// packed is the pod as last given by CreatePod, UpdatePod or DeletePod
+	// (internal/podpack), in a string (never written) for its 8 bytes fewer
+	// than a slice's.
+	packed string
 	hostIP string
+	// podIP is the pod's address, an IPv4 address as a number (4 bytes
+	// against 16 and the text's), or 0 for the hostIP (a hostNetwork pod):
+	// see podIPText.
+	podIP uint32
 	// The times are kept in 8 bytes each (instant.Instant), not a time.Time's 24.
 	created instant.Instant // CreatePod accepted it
 	running instant.Instant // created + StartDelay: its containers run from then on
@@ -201,13 +209,35 @@ func (r *podRecord) setPod(pod *corev1.Pod) error {
 	if err != nil {
 		return errdefs.InvalidInput("mock: %v", err)
 	}
-	r.uid, r.packed = pod.UID, packed
+	r.uid, r.packed = pod.UID, unsafe.String(unsafe.SliceData(packed), len(packed))
 	return nil
+}
+
+// podIPText is the pod's address as text.
+func (r *podRecord) podIPText() string {
+	if r.podIP == 0 {
+		return r.hostIP
+	}
+	return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, r.podIP))).String()
+}
+
+// podIPOf is the podIP of a record of hostIP whose address is text: an error
+// for an address the mock does not give (neither its hostIP nor IPv4).
+func podIPOf(text, hostIP string) (uint32, error) {
+	if text == hostIP {
+		return 0, nil
+	}
+	a, err := netip.ParseAddr(text)
+	if err != nil || !a.Is4() || a.IsUnspecified() {
+		return 0, fmt.Errorf("podIP %q is neither the pod's hostIP %q nor an IPv4 address", text, hostIP)
+	}
+	b := a.As4()
+	return binary.BigEndian.Uint32(b[:]), nil
 }
 
 // pod decodes the record's pod; the result is the caller's.
 func (r *podRecord) pod() *corev1.Pod {
-	pod, err := podpack.Unpack(r.packed)
+	pod, err := podpack.Unpack(unsafe.Slice(unsafe.StringData(r.packed), len(r.packed)))
 	if err != nil {
 		// The mock packed these bytes itself: failing to read them back is a bug.
 		panic(fmt.Sprintf("mock: pod %s: %v", r.key, err))
@@ -330,12 +360,11 @@ func (p *Provider) injectFailure(op string, pod *corev1.Pod) error {
 	return errdefs.Unavailable("mock: injected failure: %s %s/%s", op, pod.Namespace, pod.Name)
 }
 
-// allocIPLocked returns the next pod IP.
-func (p *Provider) allocIPLocked() string {
-	ip := make(net.IP, 4)
-	binary.BigEndian.PutUint32(ip, firstPodIP+p.nextIP)
+// allocIPLocked returns the next pod IP (podRecord.podIP).
+func (p *Provider) allocIPLocked() uint32 {
+	ip := firstPodIP + p.nextIP
 	p.nextIP++
-	return ip.String()
+	return ip
 }
 
 // CreatePod accepts the pod: it is Pending until StartDelay has passed, then Running.
@@ -373,9 +402,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 	}
 	rec.resolution = resolution
 	rec.hostIP, rec.created, rec.running = p.hostIP, instant.Of(now), instant.Of(now.Add(p.cfg.StartDelay.Duration))
-	if pod.Spec.HostNetwork {
-		rec.podIP = rec.hostIP
-	} else {
+	if !pod.Spec.HostNetwork {
 		rec.podIP = p.allocIPLocked()
 	}
 	p.pods[key] = rec
@@ -388,7 +415,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		}
 	}
 	p.mu.Unlock()
-	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIP, "running", rec.running.Time())
+	p.log.Debug("pod created", "pod", key, "uid", pod.UID, "podIP", rec.podIPText(), "running", rec.running.Time())
 	return p.save()
 }
 

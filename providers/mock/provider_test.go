@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -512,5 +513,14 @@ func TestCountsOfAStoppedPodAreForgottenLater(t *testing.T) {
 	}
 	if n := p.CreateCount("uid-2"); n != 1 {
 		t.Errorf("the second pod's count went with the first's: %d", n)
+	}
+}
+
+// The mock keeps a record per pod, and `vkubelet bench` counts it in the
+// node agent's memory per pod: a field added or moved carelessly puts every
+// record in the next size class up.
+func TestAPodRecordFitsItsSizeClass(t *testing.T) {
+	if got := unsafe.Sizeof(podRecord{}); got > 112 {
+		t.Errorf("a podRecord takes %d bytes, more than its 112-byte size class", got)
 	}
 }

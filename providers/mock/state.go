@@ -82,7 +82,7 @@ func (p *Provider) save() error {
 	// The records are immutable: they are decoded and encoded without the lock.
 	for _, rec := range recs {
 		st.Pods = append(st.Pods, savedPod{
-			Pod: rec.pod(), PodIP: rec.podIP, HostIP: rec.hostIP,
+			Pod: rec.pod(), PodIP: rec.podIPText(), HostIP: rec.hostIP,
 			Created: rec.created.Time(), Running: rec.running.Time(), Deleted: rec.deleted.Time(), Stopped: rec.stopped.Time(),
 		})
 	}
@@ -143,7 +143,10 @@ func (p *Provider) load() error {
 		if err != nil {
 			return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
 		}
-		rec.podIP, rec.hostIP = sp.PodIP, sp.HostIP
+		rec.hostIP = sp.HostIP
+		if rec.podIP, err = podIPOf(sp.PodIP, sp.HostIP); err != nil {
+			return fmt.Errorf("mock: loading state %s: pod %s: %w", p.cfg.StateFile, rec.key, err)
+		}
 		rec.created, rec.running = instant.Of(sp.Created), instant.Of(sp.Running)
 		rec.deleted, rec.stopped = instant.Of(sp.Deleted), instant.Of(sp.Stopped)
 		if !rec.goneAt(now) {

@@ -139,15 +139,19 @@ func TestStateFileErrors(t *testing.T) {
 		"corrupt":     "{not json",
 		"old version": `{"version": 99, "pods": []}`,
 		"empty pod":   `{"version": 1, "pods": [{"podIP": "10.0.0.1"}]}`,
+		"IPv6 podIP": `{"version": 1, "pods": [{"pod": {"metadata": {"namespace": "default", "name": "web", "uid": "u"}},` +
+			`"podIP": "fd00::1", "hostIP": "10.0.0.1", "created": "2026-01-01T00:00:00Z", "running": "2026-01-01T00:00:01Z"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".json")
 			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := New(Config{StateFile: path}, "node-1"); err == nil {
-				t.Error("New accepted a bad state file")
+			_, err := New(Config{StateFile: path}, "node-1")
+			if err == nil {
+				t.Fatal("New accepted a bad state file")
 			}
+			t.Log(err)
 		})
 	}
 	t.Run("unwritable", func(t *testing.T) {

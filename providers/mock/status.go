@@ -60,8 +60,8 @@ func pendingStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 func runningStatus(r *podRecord, pod *corev1.Pod) corev1.PodStatus {
 	s := baseStatus(r, pod)
 	s.Phase = corev1.PodRunning
-	s.PodIP = r.podIP
-	s.PodIPs = []corev1.PodIP{{IP: r.podIP}}
+	s.PodIP = r.podIPText()
+	s.PodIPs = []corev1.PodIP{{IP: s.PodIP}}
 	created, running := metav1.NewTime(r.created.Time()), metav1.NewTime(r.running.Time())
 	s.Conditions = []corev1.PodCondition{
 		condition(corev1.PodReadyToStartContainers, running, ""),
