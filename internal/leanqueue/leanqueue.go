@@ -37,7 +37,7 @@ type Queue struct {
 	itemsPeak, dirtyPeak, processingPeak int
 	// dirty are the items queued or added again while being handled;
 	// processing those handed out by Get and not yet Done.
-	dirty, processing map[string]struct{}
+	dirty, processing   map[string]struct{}
 	shuttingDown, drain bool
 }
 
