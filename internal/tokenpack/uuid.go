@@ -1,6 +1,6 @@
 package tokenpack
 
-import "encoding/hex"
+import "github.com/vkubelet/vkubelet/internal/uuidtext"
 
 // A bound token's claims hold four UUIDs (the token's own, the pod's, the
 // node's and the ServiceAccount's), each written as 36 characters of lowercase
@@ -12,8 +12,8 @@ import "encoding/hex"
 // and Pack keeps their token as given.
 const (
 	uuidMark    = 0x00
-	uuidTextLen = 36
-	uuidLen     = 16
+	uuidTextLen = uuidtext.TextLen
+	uuidLen     = uuidtext.Len
 )
 
 // condense returns claims with each lowercase UUID replaced by uuidMark and
@@ -25,9 +25,9 @@ func condense(claims []byte) ([]byte, bool) {
 		if c == uuidMark {
 			return nil, false
 		}
-		if i+uuidTextLen <= len(claims) && isUUID(claims[i:i+uuidTextLen]) {
+		if i+uuidTextLen <= len(claims) && uuidtext.Is(claims[i:i+uuidTextLen]) {
 			out = append(out, uuidMark)
-			out = appendUUIDBytes(out, claims[i:i+uuidTextLen])
+			out = uuidtext.AppendBytes(out, claims[i:i+uuidTextLen])
 			i += uuidTextLen
 			continue
 		}
@@ -69,60 +69,8 @@ func expand(dst, condensed []byte) []byte {
 		if i+1+uuidLen > len(condensed) {
 			panic("tokenpack: condensed claims end inside a UUID")
 		}
-		dst = appendUUIDText(dst, condensed[i+1:i+1+uuidLen])
+		dst = uuidtext.AppendText(dst, condensed[i+1:i+1+uuidLen])
 		i += 1 + uuidLen
 	}
 	return dst
-}
-
-// dashes are the offsets of the dashes in a UUID's text (8-4-4-4-12).
-var dashes = [4]int{8, 13, 18, 23}
-
-// isUUID reports whether text is a UUID written as expand writes it back:
-// lowercase hex in groups of 8, 4, 4, 4 and 12.
-func isUUID(text []byte) bool {
-	d := 0
-	for i, c := range text {
-		if d < len(dashes) && i == dashes[d] {
-			if c != '-' {
-				return false
-			}
-			d++
-			continue
-		}
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// appendUUIDBytes appends the 16 bytes of text, a UUID (isUUID).
-func appendUUIDBytes(dst, text []byte) []byte {
-	var digits [2 * uuidLen]byte
-	n, start := 0, 0
-	for _, d := range dashes {
-		n += copy(digits[n:], text[start:d])
-		start = d + 1
-	}
-	copy(digits[n:], text[start:])
-	var b [uuidLen]byte
-	if _, err := hex.Decode(b[:], digits[:]); err != nil {
-		panic("tokenpack: a UUID's text is no hex: " + err.Error()) // isUUID said it was
-	}
-	return append(dst, b[:]...)
-}
-
-// appendUUIDText appends b, a UUID's 16 bytes, as text.
-func appendUUIDText(dst, b []byte) []byte {
-	var text [uuidTextLen]byte
-	hex.Encode(text[0:8], b[0:4])
-	hex.Encode(text[9:13], b[4:6])
-	hex.Encode(text[14:18], b[6:8])
-	hex.Encode(text[19:23], b[8:10])
-	hex.Encode(text[24:36], b[10:16])
-	for _, d := range dashes {
-		text[d] = '-'
-	}
-	return append(dst, text[:]...)
 }
