@@ -65,7 +65,7 @@ test: controlplane fmt-check vet
 	$(MAKE) --no-print-directory fuzz
 
 FUZZTIME ?= 15s
-FUZZ_TARGETS := kubeletapi:FuzzParseLogOptions kubeletapi:FuzzRoutes kubeletapi:FuzzStreamUpgrades pod:FuzzStatusPatchAgreesWithTheStrategicMergeDiff internal/podpack:FuzzPackEncoded internal/podpack:FuzzUnpackEncoded internal/tokenpack:FuzzPack internal/tokenpack:FuzzCondense
+FUZZ_TARGETS := kubeletapi:FuzzParseLogOptions kubeletapi:FuzzRoutes kubeletapi:FuzzStreamUpgrades pod:FuzzStatusPatchAgreesWithTheStrategicMergeDiff internal/podpack:FuzzPackEncoded internal/podpack:FuzzUnpackEncoded internal/podpack:FuzzCondense internal/tokenpack:FuzzPack internal/tokenpack:FuzzCondense
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/uuidtext"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -331,4 +332,61 @@ func TestPodsPackSmallerAgainstTheFirstPodAndStayReadable(t *testing.T) {
 			t.Errorf("pod %q unpacked differs", p.Name)
 		}
 	}
+}
+
+// A pod's UID is random text: condensed, it costs its 16 bytes and a few, where
+// S2 alone would keep its 36 characters and those few (44 bytes in all).
+func TestAPodsUIDCostsItsBytesNotItsText(t *testing.T) {
+	p := aPod(7)
+	p.UID = ""
+	without, err := Pack(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.UID = "5f0c7a2e-93b1-4d6e-b8a4-2c71e9d03f58"
+	with, err := Pack(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("packed %d bytes with the UID, %d without", len(with), len(without))
+	// Its bytes, the escape, the field's tag, and a copy split in two.
+	if cost := len(with) - len(without); cost >= uuidtext.TextLen-6 {
+		t.Errorf("the UID costs %d bytes of the pack, want fewer than %d", cost, uuidtext.TextLen-6)
+	}
+	if got, err := Unpack(with); err != nil || got.UID != p.UID {
+		t.Fatalf("unpacked UID %q, %v", got.UID, err)
+	}
+}
+
+func TestCondensedEncodingsExpandToThemselves(t *testing.T) {
+	uuid := "5f0c7a2e-93b1-4d6e-b8a4-2c71e9d03f58"
+	for _, raw := range []string{
+		"",
+		"\x2a\x24" + uuid + "\x10\x01",
+		"\xff\xff\x24\xff" + uuid,      // escapes about
+		"\x24" + uuid[:35],             // cut short
+		"\x24" + strings.ToUpper(uuid), // not as uuidtext writes it
+		"\x24\x24" + uuid + "\x24" + uuid + "\xff\x01", // one after another
+	} {
+		c := condense(nil, []byte(raw))
+		got, err := expand(nil, c)
+		if err != nil || string(got) != raw {
+			t.Errorf("%q: condensed to %q, expanded to %q, %v", raw, c, got, err)
+		}
+	}
+	for _, bad := range []string{"\xff", "\xff\x02", "\xff\x01\x00"} {
+		if _, err := expand(nil, []byte(bad)); err == nil {
+			t.Errorf("%q expanded without an error", bad)
+		}
+	}
+}
+
+func FuzzCondense(f *testing.F) {
+	f.Add([]byte("\x2a\x245f0c7a2e-93b1-4d6e-b8a4-2c71e9d03f58\xff"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := expand(nil, condense(nil, raw))
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Fatalf("%q expanded to %q, %v", raw, got, err)
+		}
+	})
 }
