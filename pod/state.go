@@ -82,6 +82,9 @@ func (s *stateStore) lock(key string) func() {
 	s.mu.Lock()
 	l := s.locks[key]
 	if l == nil {
+		if s.locks == nil {
+			s.locks = map[string]*keyLock{}
+		}
 		l = &keyLock{}
 		s.locks[key] = l
 	}
@@ -94,6 +97,11 @@ func (s *stateStore) lock(key string) func() {
 		l.refs--
 		if l.refs == 0 {
 			delete(s.locks, key)
+			if len(s.locks) == 0 {
+				// Go keeps a map's room after its items are deleted: a burst
+				// of syncs would keep it for the node's life.
+				s.locks = nil
+			}
 		}
 		s.mu.Unlock()
 	}

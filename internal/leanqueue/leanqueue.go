@@ -7,8 +7,11 @@
 // shrinks: a node's three pod queues keep the room of the deepest burst they
 // saw for the node's life. A process with a thousand virtual nodes and ten pods
 // on each kept about 140 bytes a pod that way, more than the pod's controller
-// state. This queue drops a set or the slice that grew past a few items when
-// it empties, and makes a new one on the next add.
+// state. This queue drops a set or the slice when it empties, and makes a new
+// one on the next add. Even the room for a few items, kept by each of a
+// thousand nodes' queues, would be about 100 bytes a pod at ten pods a node;
+// making it again costs a small allocation when an emptied queue gets an
+// item, next to the kilobytes a pod's sync allocates.
 //
 // It reports no metrics: queuetimer builds it for the queues client-go would
 // build without (no name), whose nodes count their queues themselves.
@@ -20,11 +23,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// keptRoom is how many items a set or the slice may have held and still be
-// kept when the queue empties: the small ones every add and done would
-// otherwise make again.
-const keptRoom = 8
-
 // Queue is a work queue of strings. The zero Queue is not usable: use New.
 type Queue struct {
 	mu   sync.Mutex
@@ -32,9 +30,6 @@ type Queue struct {
 	// items are the queued items in order, from head on.
 	items []string
 	head  int
-	// itemsPeak, dirtyPeak and processingPeak are the most each held since it
-	// was last made.
-	itemsPeak, dirtyPeak, processingPeak int
 	// dirty are the items queued or added again while being handled;
 	// processing those handed out by Get and not yet Done.
 	dirty, processing   map[string]struct{}
@@ -61,7 +56,7 @@ func (q *Queue) Add(item string) {
 	if _, ok := q.dirty[item]; ok {
 		return
 	}
-	q.dirty = insert(q.dirty, item, &q.dirtyPeak)
+	q.dirty = insert(q.dirty, item)
 	if _, ok := q.processing[item]; ok {
 		return
 	}
@@ -88,8 +83,8 @@ func (q *Queue) Get() (item string, shutdown bool) {
 		return "", true
 	}
 	item = q.pop()
-	q.processing = insert(q.processing, item, &q.processingPeak)
-	q.dirty = remove(q.dirty, item, &q.dirtyPeak)
+	q.processing = insert(q.processing, item)
+	q.dirty = remove(q.dirty, item)
 	return item, false
 }
 
@@ -97,7 +92,7 @@ func (q *Queue) Get() (item string, shutdown bool) {
 func (q *Queue) Done(item string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.processing = remove(q.processing, item, &q.processingPeak)
+	q.processing = remove(q.processing, item)
 	if _, ok := q.dirty[item]; ok {
 		q.push(item)
 		q.cond.Signal()
@@ -138,7 +133,6 @@ func (q *Queue) ShuttingDown() bool {
 
 func (q *Queue) push(item string) {
 	q.items = append(q.items, item)
-	q.itemsPeak = max(q.itemsPeak, len(q.items)-q.head)
 }
 
 func (q *Queue) pop() string {
@@ -146,11 +140,9 @@ func (q *Queue) pop() string {
 	q.items[q.head] = ""
 	q.head++
 	switch {
-	case q.head == len(q.items) && q.itemsPeak > keptRoom:
-		q.items, q.head, q.itemsPeak = nil, 0, 0
 	case q.head == len(q.items):
-		q.items, q.head = q.items[:0], 0
-	case q.head >= keptRoom && 2*q.head >= len(q.items):
+		q.items, q.head = nil, 0
+	case q.head >= minCompact && 2*q.head >= len(q.items):
 		// Items keep coming before the queue empties: move them to the front,
 		// so that the slice does not grow by the items taken.
 		n := copy(q.items, q.items[q.head:])
@@ -160,22 +152,24 @@ func (q *Queue) pop() string {
 	return item
 }
 
-// insert adds item to set, made if nil, and notes its size in peak.
-func insert(set map[string]struct{}, item string, peak *int) map[string]struct{} {
+// minCompact is how many items must have been taken from the front of the
+// slice before the rest is moved there.
+const minCompact = 8
+
+// insert adds item to set, made if nil.
+func insert(set map[string]struct{}, item string) map[string]struct{} {
 	if set == nil {
 		set = make(map[string]struct{})
 	}
 	set[item] = struct{}{}
-	*peak = max(*peak, len(set))
 	return set
 }
 
-// remove deletes item from set, and returns nil for the set if it is empty
-// and grew past keptRoom.
-func remove(set map[string]struct{}, item string, peak *int) map[string]struct{} {
+// remove deletes item from set, and returns nil for the set once it is
+// empty: Go keeps a map's room after its items are deleted.
+func remove(set map[string]struct{}, item string) map[string]struct{} {
 	delete(set, item)
-	if len(set) == 0 && *peak > keptRoom {
-		*peak = 0
+	if len(set) == 0 {
 		return nil
 	}
 	return set
