@@ -86,9 +86,9 @@ const maxLearned = 4 << 10
 
 // dictFor returns dict, made first if this is the process's first pack, from
 // claimsSkeleton followed by the claims being packed (at most maxLearned
-// bytes), both condensed. A node's tokens share much more than the skeleton's keys: one
-// issuer and audience, the node's name and UID, and for most pods one
-// namespace and the UID of its default ServiceAccount. A token that shares
+// bytes), both condensed. A node's tokens share much more than the skeleton's
+// keys: one issuer and audience, the node's name and UID, and for most pods
+// one namespace and the UID of its default ServiceAccount. A token that shares
 // the first's node and ServiceAccount is kept in about 35 bytes less than
 // against the skeleton alone (TestTokensOfOneNodePackSmallerThanTheFirst: 134
 // against 168, the UUIDs condensed; 169 against 242 before); a token

@@ -218,7 +218,9 @@ func (r *podRecord) podIPText() string {
 	if r.podIP == 0 {
 		return r.hostIP
 	}
-	return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, r.podIP))).String()
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], r.podIP)
+	return netip.AddrFrom4(b).String()
 }
 
 // podIPOf is the podIP of a record of hostIP whose address is text: an error
