@@ -24,27 +24,37 @@ const (
 
 // condense appends raw condensed to dst.
 func condense(dst, raw []byte) []byte {
+	// esc is the offset in raw of its next escape byte (-1: none left), found
+	// once and moved with raw, rather than searched for again at every length
+	// byte of 36 before it.
+	esc := bytes.IndexByte(raw, uuidEscape)
+	advance := func(n int) {
+		raw = raw[n:]
+		if esc >= 0 {
+			esc -= n
+		}
+	}
 	for len(raw) > 0 {
 		i := bytes.IndexByte(raw, uuidtext.TextLen)
-		j := bytes.IndexByte(raw, uuidEscape)
-		if i < 0 && j < 0 {
-			return append(dst, raw...)
-		}
-		if j >= 0 && (i < 0 || j < i) {
-			dst = append(dst, raw[:j]...)
+		if esc >= 0 && (i < 0 || esc < i) {
+			dst = append(dst, raw[:esc]...)
 			dst = append(dst, uuidEscape, literalEscape)
-			raw = raw[j+1:]
+			raw = raw[esc+1:]
+			esc = bytes.IndexByte(raw, uuidEscape)
 			continue
+		}
+		if i < 0 {
+			return append(dst, raw...)
 		}
 		dst = append(dst, raw[:i]...)
 		if len(raw)-i >= uuidField && uuidtext.Is(raw[i+1:i+uuidField]) {
 			dst = append(dst, uuidEscape, uuidFollows)
 			dst = uuidtext.AppendBytes(dst, raw[i+1:i+uuidField])
-			raw = raw[i+uuidField:]
+			advance(i + uuidField)
 			continue
 		}
 		dst = append(dst, raw[i])
-		raw = raw[i+1:]
+		advance(i + 1)
 	}
 	return dst
 }
