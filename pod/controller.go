@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -63,6 +62,9 @@ type Config struct {
 	// the process; nil watches the node's own pods (ResyncPeriod is then the
 	// Source's).
 	Source *Source
+	// PodWatch is what the node's own pod watch (without a Source) asks for:
+	// WatchNodePods (the default), WatchBoundPods or WatchAuto.
+	PodWatch WatchScope
 	// Metrics receives the controller's own metrics; nil keeps them unregistered.
 	Metrics *Metrics
 	// TokenCheckInterval is how often projected service-account tokens are checked
@@ -219,8 +221,12 @@ func NewController(cfg Config) (*Controller, error) {
 	// costs a set entry per pod; the cache keeps pods encoded (compactTransform).
 	// Its list and watch retry promptly while the API server is away, so pods bound
 	// after an outage are seen within a second of its return (cacheutil).
-	podInformer := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return podInformer(client, c.rawPods, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), resync, cache.Indexers{})
+	lw, err := nodePodsListWatch(cfg.Client, c.rawPods, cfg.NodeName, cfg.PodWatch, c.log)
+	if err != nil {
+		return nil, fmt.Errorf("pod controller: %w", err)
+	}
+	podInformer := factory.InformerFor(&corev1.Pod{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return podInformer(lw, c.rawPods, resync, cache.Indexers{})
 	})
 	if err := podInformer.SetTransform(compactTransformOf(podInformer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)

@@ -290,13 +290,21 @@ func (r *rawPods) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interf
 		Timeout(timeoutOf(o)).Watch(ctx)
 }
 
-// podInformer returns an informer of the pods selected by selector (a field
-// selector), read encoded through raw, or decoded through client if raw is
-// nil. Its transform must be compactTransform.
-func podInformer(client kubernetes.Interface, raw *rawPods, selector string, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+// podsListWatch lists and watches the pods selected by selector (a field
+// selector), encoded through raw, or decoded through client if raw is nil.
+func podsListWatch(client kubernetes.Interface, raw *rawPods, selector string) cache.ListerWatcher {
 	tweak := func(o *metav1.ListOptions) { o.FieldSelector = selector }
 	if raw != nil {
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, raw, tweak), &rawPod{}, resync, indexers)
+		return cacheutil.ListWatchOf(client, raw, tweak)
 	}
-	return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak), &corev1.Pod{}, resync, indexers)
+	return cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak)
+}
+
+// podInformer returns an informer of the pods lw lists and watches, encoded if
+// raw (lw's reader) is not nil. Its transform must be compactTransform.
+func podInformer(lw cache.ListerWatcher, raw *rawPods, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+	if raw != nil {
+		return cache.NewSharedIndexInformer(lw, &rawPod{}, resync, indexers)
+	}
+	return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resync, indexers)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -40,9 +39,8 @@ const byNode = "node"
 // NewSource builds the watch of pods bound to any node; nothing runs until Run.
 // resync re-delivers every pod to its node's Controller this often (0: never).
 func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, error) {
-	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
 	raw := rawPodsOf(client)
-	informer := podInformer(client, raw, bound, resync, cache.Indexers{byNode: nodeIndex})
+	informer := podInformer(podsListWatch(client, raw, boundSelector), raw, resync, cache.Indexers{byNode: nodeIndex})
 	if err := informer.SetTransform(compactTransformOf(informer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
