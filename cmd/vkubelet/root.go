@@ -108,6 +108,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "IP address the kubelet API listens on (0.0.0.0 or :: for every address); empty: the --address the node advertises")
 	fs.IntVar(&c.PodSyncWorkers, "pod-sync-workers", c.PodSyncWorkers, "workers creating, updating and deleting pods in the provider")
 	fs.IntVar(&c.PodStatusWorkers, "pod-status-workers", c.PodStatusWorkers, "workers writing pod statuses to the API server (each waits on one request)")
+	fs.StringVar(&c.PodWatch, "pod-watch", "auto", "what a node with a credential of its own watches: node (its own pods, as the kubelet; the API server closes such a watch during bursts of pods), bound (lists its own pods, watches every bound pod's changes and keeps its own; needs list and watch of pods), auto (node for a node identity, else bound while allowed)")
 	fs.DurationVar(&c.FullResyncPeriod, "full-resync-period", c.FullResyncPeriod, "how often every pod is synced again; 0 disables")
 	fs.DurationVar(&c.StatusPollInterval, "status-poll-interval", c.StatusPollInterval, "how often pod statuses are read from a provider that does not push them")
 	fs.DurationVar(&c.StartupTimeout, "startup-timeout", c.StartupTimeout, "fail if the node is not ready within this time; 0 waits forever")
@@ -201,6 +202,9 @@ func newRunCommand() *cobra.Command {
 // run runs the node of the flags, or the nodes of --config.
 func (f *nodeFlags) run(cmd *cobra.Command, _ []string) error {
 	if err := f.upstream.apply(cmd.Flags(), f); err != nil {
+		return err
+	}
+	if err := agent.CheckPodWatch(f.cfg.PodWatch); err != nil {
 		return err
 	}
 	log, err := f.logger()

@@ -66,6 +66,10 @@ type Config struct {
 	PodSyncWorkers  int
 	// PodStatusWorkers write pod statuses; 0 takes the pod controller's default.
 	PodStatusWorkers int
+	// PodWatch is what a node with a client of its own watches (--pod-watch):
+	// "node", "bound", or "auto" ("" too): "node" for a node identity, "bound"
+	// while the API server allows it for other credentials (podWatchScope).
+	PodWatch         string
 	FullResyncPeriod time.Duration
 	// StatusPollInterval is how often a provider without a notifier is polled.
 	StatusPollInterval time.Duration
@@ -268,8 +272,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.stopTracing = stopTracing
+	scope, err := podWatchScope(cfg.PodWatch, restCfg != nil && asNode(restCfg))
+	if err != nil {
+		return nil, err
+	}
 	podCfg := pod.Config{
-		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers,
+		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers, PodWatch: scope,
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
 		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
@@ -509,4 +517,32 @@ func apiClientConfig(base *rest.Config, cfg Config, apiRequests *prometheus.Coun
 		return &countingTransport{next: rt, counter: apiRequests}
 	})
 	return restCfg, nil
+}
+
+// CheckPodWatch reports whether flag is a value of --pod-watch, before any node
+// starts.
+func CheckPodWatch(flag string) error {
+	_, err := podWatchScope(flag, false)
+	return err
+}
+
+// podWatchScope is the pod watch of a node with a client of its own, from
+// --pod-watch and whether the client is a node identity, which the Node
+// authorizer lets watch the node's own pods only.
+func podWatchScope(flag string, asNode bool) (pod.WatchScope, error) {
+	switch pod.WatchScope(flag) {
+	case pod.WatchNodePods:
+		return pod.WatchNodePods, nil
+	case pod.WatchBoundPods:
+		if asNode {
+			return "", errors.New("--pod-watch=bound: the node's credential is a node identity (system:node:<name>), which the Node authorizer lets watch the node's own pods only; use auto or node, or a credential with list and watch of pods")
+		}
+		return pod.WatchBoundPods, nil
+	case pod.WatchAuto, "":
+		if asNode {
+			return pod.WatchNodePods, nil
+		}
+		return pod.WatchAuto, nil
+	}
+	return "", fmt.Errorf("--pod-watch=%s: want auto, node or bound", flag)
 }

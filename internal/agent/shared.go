@@ -71,6 +71,9 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	if base.OwnIdentity() {
 		return nil, errors.New("nodes with identities of their own (a bootstrap credential) cannot share a client")
 	}
+	if base.PodWatch == string(pod.WatchNodePods) {
+		return nil, errors.New("--pod-watch=node: the nodes of a NodeSet on one credential share one watch of every bound pod; give each node an identity of its own (--bootstrap-kubeconfig) to watch per node")
+	}
 	// client-go takes its metrics before its first request, and the shared
 	// client makes requests before any node registers them.
 	clientMetrics()
