@@ -305,6 +305,9 @@ func printResult(out io.Writer, r *bench.Result) {
 
 	for _, c := range nodes {
 		fmt.Fprintf(out, "\n%s writes per pod start (counted by %s): %s", c.name, c.n.WritesCountedBy, byKind(c.n.WritesByKind, "%.3f"))
+		if c.n.PodWatches != nil {
+			fmt.Fprintf(out, "\n%s pod watches opened during the starts: %.0f", c.name, *c.n.PodWatches)
+		}
 		if len(c.n.DeleteWritesByKind) > 0 {
 			fmt.Fprintf(out, "\n%s writes per pod delete (counted by %s): %s", c.name, c.n.WritesCountedBy, byKind(c.n.DeleteWritesByKind, "%.3f"))
 		}

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 // Config says what to measure.
@@ -122,10 +123,14 @@ type NodeResult struct {
 	// WritesCountedBy says who counted them: "agent" (its own
 	// vkubelet_api_requests_total) or "apiserver" (apiserver_request_total, less
 	// the benchmark's own writes).
-	WritesCountedBy string  `json:"writes_counted_by"`
-	IdleRSSMiB      float64 `json:"idle_rss_mib"`
-	PeakRSSMiB      float64 `json:"peak_rss_mib"`
-	RSSGrowthMiB    float64 `json:"rss_growth_mib"`
+	WritesCountedBy string `json:"writes_counted_by"`
+	// PodWatches are the pod watches the agent opened from the first create
+	// until 2 s after the last pod is Running: 0 when its watch lasted the
+	// burst (not for kwok).
+	PodWatches   *float64 `json:"pod_watches_during_starts,omitempty"`
+	IdleRSSMiB   float64  `json:"idle_rss_mib"`
+	PeakRSSMiB   float64  `json:"peak_rss_mib"`
+	RSSGrowthMiB float64  `json:"rss_growth_mib"`
 	// HeapGrowthMiB is the growth of the process's live heap (after a forced GC)
 	// from idle to all pods Running: what it keeps per pod, apart from the
 	// garbage collector's headroom, which RSS includes.
@@ -305,6 +310,10 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err != nil {
 		return nil, n.failed(err)
 	}
+	watchesBefore, err := n.countPodWatches(ctx)
+	if err != nil {
+		return nil, n.failed(err)
+	}
 	idleHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "idle"))
 	if err != nil {
 		return nil, n.failed(err)
@@ -327,6 +336,13 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	after, err := n.writes(ctx)
 	if err != nil {
 		return nil, n.failed(err)
+	}
+	watchesAfter, err := n.countPodWatches(ctx)
+	if err != nil {
+		return nil, n.failed(err)
+	}
+	if n.podWatches != nil {
+		r.PodWatches = ptr.To(watchesAfter - watchesBefore)
 	}
 	r.WritesByKind = writesPerPod(before, after, n.benchWrites, cfg.Pods)
 	for _, v := range r.WritesByKind {

@@ -15,11 +15,11 @@ import (
 func TestMedianTakesEachFigureSeparately(t *testing.T) {
 	runs := []*Result{
 		{Pods: 10, NodeResult: NodeResult{PodsPerS: 300, RatioToCeiling: 0.9, P99ms: 50, WritesByKind: map[string]float64{"PATCH pods/status": 1},
-			IdleWritesPerS: map[string]float64{"POST serviceaccounts/token": 4}, IdleMaxMinuteWritesPerS: 5}},
+			IdleWritesPerS: map[string]float64{"POST serviceaccounts/token": 4}, IdleMaxMinuteWritesPerS: 5, PodWatches: ptr.To(0.0)}},
 		{Pods: 10, NodeResult: NodeResult{PodsPerS: 100, RatioToCeiling: 0.7, P99ms: 900, WritesByKind: map[string]float64{"PATCH pods/status": 1, "PUT leases": 0.2},
-			IdleWritesPerS: map[string]float64{"POST serviceaccounts/token": 5}, IdleMaxMinuteWritesPerS: 6}},
+			IdleWritesPerS: map[string]float64{"POST serviceaccounts/token": 5}, IdleMaxMinuteWritesPerS: 6, PodWatches: ptr.To(164.0)}},
 		{Pods: 10, NodeResult: NodeResult{PodsPerS: 200, RatioToCeiling: 0.8, P99ms: 70,
-			IdleWritesPerS: map[string]float64{"POST serviceaccounts/token": 3}, IdleMaxMinuteWritesPerS: 4}},
+			IdleWritesPerS: map[string]float64{"POST serviceaccounts/token": 3}, IdleMaxMinuteWritesPerS: 4, PodWatches: ptr.To(2.0)}},
 	}
 	m := Median(runs)
 	if m.PodsPerS != 200 || m.RatioToCeiling != 0.8 || m.P99ms != 70 {
@@ -34,6 +34,9 @@ func TestMedianTakesEachFigureSeparately(t *testing.T) {
 	}
 	if got := m.IdleWritesPerS["POST serviceaccounts/token"]; got != 4 || m.IdleMaxMinuteWritesPerS != 5 {
 		t.Fatalf("idle token writes %v/s, busiest minute %v/s; want the medians 4 and 5", got, m.IdleMaxMinuteWritesPerS)
+	}
+	if m.PodWatches == nil || *m.PodWatches != 2 {
+		t.Fatalf("pod watches %v, want the median of 0, 164, 2 = 2", m.PodWatches)
 	}
 	if len(m.Runs) != 3 || m.Pods != 10 {
 		t.Fatalf("runs = %d, pods = %d", len(m.Runs), m.Pods)

@@ -3,6 +3,8 @@ package bench
 import (
 	"slices"
 	"sort"
+
+	"k8s.io/utils/ptr"
 )
 
 // Median returns the median of several runs' figures, field by field (the lower
@@ -71,6 +73,9 @@ func medianNode(runs []*NodeResult) NodeResult {
 	out.DeleteWritesByKind = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.DeleteWritesByKind })
 	if out.IdleWritesPerS != nil {
 		out.IdleWritesPerS = medianByKind(runs, func(r *NodeResult) map[string]float64 { return r.IdleWritesPerS })
+	}
+	if out.PodWatches != nil {
+		out.PodWatches = ptr.To(med(func(r *NodeResult) float64 { return ptr.Deref(r.PodWatches, 0) }))
 	}
 	out.IdleMaxMinuteWritesPerS = med(func(r *NodeResult) float64 { return r.IdleMaxMinuteWritesPerS })
 	out.IdleRSSMiB = med(func(r *NodeResult) float64 { return r.IdleRSSMiB })

@@ -118,6 +118,15 @@ func startAgentWith(ctx context.Context, cfg Config, kind, name string, provider
 		})
 		return out, err
 	}
+	n.podWatches = func(ctx context.Context) (float64, error) {
+		var watches float64
+		err := scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
+			if name == "vkubelet_api_requests_total" && l["verb"] == "WATCH" && l["resource"] == "pods" {
+				watches += v
+			}
+		})
+		return watches, err
+	}
 	return n, nil
 }
 

@@ -27,11 +27,22 @@ type node struct {
 	// writes returns the API writes counted so far for the node, keyed
 	// "VERB resource[/subresource]".
 	writes func(ctx context.Context) (map[string]float64, error)
+	// podWatches, if set, returns how many pod watches the process has opened
+	// (each watch the API server closes is one more): the agent's own count.
+	podWatches func(ctx context.Context) (float64, error)
 	// benchWrites are writes, per pod started, that writes counts but the benchmark
 	// itself made; they are subtracted.
 	benchWrites map[string]float64
 	// cleanup, if set, runs after the process has stopped.
 	cleanup func()
+}
+
+// countPodWatches is podWatches, or 0 for a process that does not count them.
+func (n *node) countPodWatches(ctx context.Context) (float64, error) {
+	if n.podWatches == nil {
+		return 0, nil
+	}
+	return n.podWatches(ctx)
 }
 
 func (n *node) stop() {
