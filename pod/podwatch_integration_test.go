@@ -1,11 +1,9 @@
 package pod_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,30 +17,12 @@ import (
 	"github.com/vkubelet/vkubelet/pod"
 )
 
-// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runScoped runs a pod controller of node with client c and scope until the
 // test ends, once it is ready; its log goes to the returned buffer.
-func runScoped(t *testing.T, c kubernetes.Interface, node string, scope pod.WatchScope) (*syncBuffer, func() []string) {
+func runScoped(t *testing.T, c kubernetes.Interface, node string, scope pod.WatchScope) (*testenv.Buffer, func() []string) {
 	t.Helper()
 	prov := newMock(t, node)
-	log := &syncBuffer{}
+	log := &testenv.Buffer{}
 	ctrl, err := pod.NewController(pod.Config{Client: c, NodeName: node, Provider: prov, PodWatch: scope,
 		StatusPollInterval: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(log, nil))})
 	if err != nil {

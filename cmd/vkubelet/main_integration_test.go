@@ -258,33 +258,15 @@ type upProcess struct {
 	dir        string
 	kubeconfig string
 	client     kubernetes.Interface
-	stderr     *lockedBuffer
+	stderr     *testenv.Buffer
 	lines      chan string
-}
-
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startUp runs `vkubelet up` as a user would and waits for its one line of output.
 func startUp(t *testing.T, args ...string) *upProcess {
 	t.Helper()
 	testenv.ControlPlane(t) // the binaries are built; `up` starts its own cluster
-	u := &upProcess{dir: filepath.Join(t.TempDir(), "up"), stderr: &lockedBuffer{}, lines: make(chan string, 10)}
+	u := &upProcess{dir: filepath.Join(t.TempDir(), "up"), stderr: &testenv.Buffer{}, lines: make(chan string, 10)}
 	u.cmd = exec.Command(binary, append([]string{"up", "--dir", u.dir, "--kubelet-port", "0"}, args...)...)
 	stdout, err := u.cmd.StdoutPipe()
 	if err != nil {

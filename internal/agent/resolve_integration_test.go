@@ -141,31 +141,14 @@ func TestUnrelatedConfigMapsAndSecretsLeaveTheAgentIdle(t *testing.T) {
 // execOut runs cmd in the mock's container and returns its stdout.
 func execOut(t *testing.T, prov *mock.Provider, ns, pod, container string, cmd ...string) string {
 	t.Helper()
-	out := &outBuffer{}
+	out := &testenv.Buffer{}
 	if err := prov.RunInContainer(context.Background(), ns, pod, container, cmd, &stdoutOnly{out}); err != nil {
 		t.Fatalf("exec %q: %v", cmd, err)
 	}
 	return out.String()
 }
 
-type outBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *outBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *outBuffer) Close() error { return nil }
-func (b *outBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-type stdoutOnly struct{ out *outBuffer }
+type stdoutOnly struct{ out *testenv.Buffer }
 
 func (s *stdoutOnly) Stdin() io.Reader                 { return nil }
 func (s *stdoutOnly) Stdout() io.WriteCloser           { return s.out }

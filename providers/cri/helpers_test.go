@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
@@ -231,11 +231,11 @@ func describe(s *corev1.PodStatus) string {
 // attachIO is a provider.AttachIO over buffers.
 type attachIO struct {
 	stdin          io.Reader
-	stdout, stderr *syncBuffer
+	stdout, stderr *testenv.Buffer
 }
 
 func newAttachIO(stdin string) *attachIO {
-	a := &attachIO{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a := &attachIO{stdout: &testenv.Buffer{}, stderr: &testenv.Buffer{}}
 	if stdin != "" {
 		a.stdin = strings.NewReader(stdin)
 	}
@@ -252,23 +252,6 @@ func (a *attachIO) Stdout() io.WriteCloser           { return a.stdout }
 func (a *attachIO) Stderr() io.WriteCloser           { return a.stderr }
 func (a *attachIO) TTY() bool                        { return false }
 func (a *attachIO) Resize() <-chan provider.TermSize { return nil }
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-func (b *syncBuffer) Close() error { return nil }
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // execOut runs cmd in the pod's container and returns its stdout and error.
 func execOut(t *testing.T, p *Provider, pod *corev1.Pod, container string, cmd ...string) (string, error) {

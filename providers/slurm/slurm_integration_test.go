@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -462,25 +461,7 @@ func attachFor(t *testing.T, ns, pod, container string, d time.Duration) string 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var out syncBuffer
+	var out testenv.Buffer
 	_ = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
 	return out.String()
-}
-
-// syncBuffer is a strings.Builder safe for the stream's writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

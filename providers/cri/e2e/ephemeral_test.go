@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -122,7 +120,7 @@ func kubectlDebug(t *testing.T, c kubernetes.Interface, ns, image string) {
 		t.Fatal(err)
 	}
 	tty.Close()
-	var out syncBuffer
+	var out testenv.Buffer
 	copied := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(&out, master) // ends with EIO once kubectl has exited
@@ -178,22 +176,4 @@ func openPTY() (master, tty *os.File, err error) {
 		return nil, nil, errors.Join(errors.New("opening a pseudo-terminal"), err)
 	}
 	return master, tty, nil
-}
-
-// syncBuffer is a bytes.Buffer written by one goroutine and read by another.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
