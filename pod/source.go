@@ -21,8 +21,9 @@ import (
 // pods already there.
 //
 // The cost is a cached pod per pod bound anywhere in the cluster, its protobuf
-// encoding (well under 1 KiB); a process with one node watches its own pods only
-// (a Controller without a Source).
+// encoding (well under 1 KiB); a process with one node caches its own pods only
+// (a Controller without a Source, which lists its own pods and, as WatchScope
+// says, watches its own or every bound pod, keeping its own).
 type Source struct {
 	informer cache.SharedIndexInformer
 	// rawPods is what the Source reads with, if not client-go's fakes; a
