@@ -42,12 +42,20 @@ func startController(t *testing.T, prov provider.PodLifecycleHandler) (kubernete
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
-	ctrl, err := pod.NewController(pod.Config{Client: c, NodeName: node, Provider: prov,
+	runController(t, pod.Config{Client: c, NodeName: node, Provider: prov,
 		StatusPollInterval: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return c, node
+}
+
+// runController runs a pod controller of cfg until the test ends, once it is
+// ready.
+func runController(t *testing.T, cfg pod.Config) {
+	t.Helper()
+	ctrl, err := pod.NewController(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(runCtx) }()
 	t.Cleanup(func() {
@@ -63,7 +71,6 @@ func startController(t *testing.T, prov provider.PodLifecycleHandler) (kubernete
 	case <-time.After(30 * time.Second):
 		t.Fatal("controller not ready")
 	}
-	return c, node
 }
 
 func newMock(t *testing.T, node string) *mock.Provider {

@@ -23,29 +23,10 @@ func runScoped(t *testing.T, c kubernetes.Interface, node string, scope pod.Watc
 	t.Helper()
 	prov := newMock(t, node)
 	log := &testenv.Buffer{}
-	ctrl, err := pod.NewController(pod.Config{Client: c, NodeName: node, Provider: prov, PodWatch: scope,
+	runController(t, pod.Config{Client: c, NodeName: node, Provider: prov, PodWatch: scope,
 		StatusPollInterval: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	select {
-	case <-ctrl.Ready():
-	case err := <-done:
-		t.Fatalf("controller stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("controller not ready")
-	}
 	return log, func() []string {
-		pods, err := prov.GetPods(ctx)
+		pods, err := prov.GetPods(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
