@@ -82,6 +82,20 @@ func newMock(t *testing.T, node string) *mock.Provider {
 	return p
 }
 
+// providerPodNames are the names of the pods prov runs.
+func providerPodNames(t *testing.T, prov *mock.Provider) []string {
+	t.Helper()
+	pods, err := prov.GetPods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
 func createPod(t *testing.T, c kubernetes.Interface, ns, node string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	p.Spec.NodeName = node

@@ -25,17 +25,7 @@ func runScoped(t *testing.T, c kubernetes.Interface, node string, scope pod.Watc
 	log := &testenv.Buffer{}
 	runController(t, pod.Config{Client: c, NodeName: node, Provider: prov, PodWatch: scope,
 		StatusPollInterval: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(log, nil))})
-	return log, func() []string {
-		pods, err := prov.GetPods(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range pods {
-			names = append(names, p.Name)
-		}
-		return names
-	}
+	return log, func() []string { return providerPodNames(t, prov) }
 }
 
 func createNodes(t *testing.T, c kubernetes.Interface, names ...string) {

@@ -90,17 +90,7 @@ func TestNodesSharingAPodSourceEachRunTheirOwnPods(t *testing.T) {
 	defer stopB()
 	waitRunning(t, c, ns, "on-b")
 
-	providerPods := func(node string) []string {
-		pods, err := providers[node].GetPods(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range pods {
-			names = append(names, p.Name)
-		}
-		return names
-	}
+	providerPods := func(node string) []string { return providerPodNames(t, providers[node]) }
 	for node, want := range map[string]string{nodes[0]: "[on-a]", nodes[1]: "[on-b]"} {
 		if got := providerPods(node); len(got) != 1 || "["+got[0]+"]" != want {
 			t.Errorf("provider of %s runs %v, want %s", node, got, want)

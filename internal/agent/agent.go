@@ -250,6 +250,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.KubeletPort = int32(n.kubeletListener.Addr().(*net.TCPAddr).Port)
 	n.cfg.KubeletPort = cfg.KubeletPort
 
+	// Whether the client is a node identity (which may read its certificate from
+	// disk): the node controller and the pod watch both depend on it.
+	isNode := restCfg != nil && asNode(restCfg)
 	var nodeWatch *node.Watch
 	if cfg.Shared != nil {
 		nodeWatch = cfg.Shared.nodes
@@ -257,7 +260,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.nodes, err = node.NewController(node.Config{
 		Watch:  nodeWatch,
 		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
-		AsNode:          restCfg != nil && asNode(restCfg),
+		AsNode:          isNode,
 		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
 		KubeletVersion: version.KubeletVersion(), Provider: p,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
@@ -272,7 +275,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.stopTracing = stopTracing
-	scope, err := podWatchScope(cfg.PodWatch, restCfg != nil && asNode(restCfg))
+	scope, err := podWatchScope(cfg.PodWatch, isNode)
 	if err != nil {
 		return nil, err
 	}
