@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/apiwire"
 )
 
 // statusHandler brings the API's status of a pod up to the provider's.
@@ -147,18 +148,24 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 // patchStatus sends a strategic-merge patch to the status subresource of a pod.
 // The API server answers with the whole pod, which is not decoded (the informer
 // brings the pod anyway, and decoding it took a tenth of the node's CPU per pod
-// start, vkubelet bench): read encoded, it gives the fingerprint of the status
-// stored (cachedPod's statusHash), which patchStatus returns; 0 if not known.
+// start, vkubelet bench), nor copied: read into a reused buffer
+// (internal/apiwire), its encoding gives the fingerprint of the status stored
+// (cachedPod's statusHash), which patchStatus returns; 0 if not known.
 func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
 	if c.rawPods != nil {
-		var written rawPod
-		err := c.rawPods.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").
-			Name(name).SubResource("status").Body(patch).Do(ctx).Into(&written)
+		answer, err := c.rawPods.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").
+			Name(name).SubResource("status").Body(patch).Stream(ctx)
 		if err != nil {
 			return 0, err
 		}
-		status, _ := fingerprints(written.raw)
-		return status, nil
+		var status uint64
+		err = apiwire.Read(answer, func(data []byte) error {
+			if kind, raw, ok := apiwire.Envelope(data); ok && string(kind) == "Pod" {
+				status = statusFingerprint(raw)
+			}
+			return nil
+		})
+		return status, err
 	}
 	// client-go's fake clientsets have no REST client.
 	_, err := c.client.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")

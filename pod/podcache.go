@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/vkubelet/vkubelet/internal/apiwire"
 	"github.com/vkubelet/vkubelet/internal/podpack"
 )
 
@@ -84,7 +85,7 @@ func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
 		ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp}}
 	if err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
-		return p.Status.Unmarshal(field(raw, podStatusField))
+		return p.Status.Unmarshal(apiwire.Field(raw, podStatusField))
 	}); err != nil {
 		return nil, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
 	}
@@ -140,18 +141,18 @@ func compact(p *corev1.Pod) (*cachedPod, error) {
 // pod. Pods read decoded (compact) and encoded (compactRaw) go through it.
 func cachedFrom(meta *metav1.ObjectMeta, raw []byte) *cachedPod {
 	statusHash, specHash := fingerprints(raw)
-	spec, status := field(raw, podSpecField), field(raw, podStatusField)
-	phase := corev1.PodPhase(field(status, statusPhaseField))
+	spec, status := apiwire.Field(raw, podSpecField), apiwire.Field(raw, podStatusField)
+	phase := corev1.PodPhase(apiwire.Field(status, statusPhaseField))
 	return &cachedPod{
 		// The namespace and node name are the same in many pods: one copy of
 		// each (unique.Make) rather than one per pod.
 		Namespace: unique.Make(meta.Namespace).Value(), Name: meta.Name,
-		NodeName: unique.Make(string(field(spec, specNodeNameField))).Value(),
+		NodeName: unique.Make(string(apiwire.Field(spec, specNodeNameField))).Value(),
 		UID:      meta.UID, ResourceVersion: meta.ResourceVersion, DeletionTimestamp: meta.DeletionTimestamp,
 		terminal:   phase == corev1.PodSucceeded || phase == corev1.PodFailed,
 		statusHash: statusHash,
 		specHash:   specHash,
-		ephemeral:  field(spec, specEphemeralField) != nil,
+		ephemeral:  apiwire.Field(spec, specEphemeralField) != nil,
 		packed:     asString(podpack.PackEncoded(raw)),
 	}
 }
@@ -171,21 +172,34 @@ const (
 	fingerprintSpacing = 0xff // before the spec, so bytes moved between it and metadata change the hash
 )
 
+// statusFingerprint is the status fingerprint of fingerprints alone, for the
+// pod the API server answers a status write with.
+func statusFingerprint(raw []byte) uint64 {
+	h := fnv.New64a()
+	apiwire.EachField(raw, func(num protowire.Number, whole []byte) bool {
+		if num == podStatusField {
+			_, _ = h.Write(apiwire.Value(whole))
+		}
+		return true
+	})
+	return h.Sum64()
+}
+
 // fingerprints hashes, in one walk over a pod's encoding, its encoded status
 // and its encoded spec, labels and annotations (cachedPod's statusHash and
 // specHash). Each labels or annotations entry is a field of its own, written
 // with its tag, so the hash tells them apart.
 func fingerprints(raw []byte) (status, spec uint64) {
 	hs, hp := fnv.New64a(), fnv.New64a()
-	eachField(raw, func(num protowire.Number, whole []byte) bool {
+	apiwire.EachField(raw, func(num protowire.Number, whole []byte) bool {
 		switch num {
 		case podStatusField:
-			_, _ = hs.Write(value(whole))
+			_, _ = hs.Write(apiwire.Value(whole))
 		case podSpecField:
 			_, _ = hp.Write([]byte{fingerprintSpacing})
-			_, _ = hp.Write(value(whole))
+			_, _ = hp.Write(apiwire.Value(whole))
 		case podMetadataField:
-			eachField(value(whole), func(num protowire.Number, whole []byte) bool {
+			apiwire.EachField(apiwire.Value(whole), func(num protowire.Number, whole []byte) bool {
 				if num == metaLabelsField || num == metaAnnotsField {
 					_, _ = hp.Write(whole)
 				}
@@ -195,52 +209,6 @@ func fingerprints(raw []byte) (status, spec uint64) {
 		return true
 	})
 	return hs.Sum64(), hp.Sum64()
-}
-
-// value is the value of a length-delimited field given whole (tag included);
-// nil for a field of another wire type.
-func value(whole []byte) []byte {
-	_, typ, n := protowire.ConsumeTag(whole)
-	if typ != protowire.BytesType {
-		return nil
-	}
-	v, _ := protowire.ConsumeBytes(whole[n:])
-	return v
-}
-
-// field is the value of the first length-delimited field num of a protobuf
-// message, found by walking its top-level fields: no second encoding on the
-// informer's hot path. Nil if there is none.
-func field(raw []byte, num protowire.Number) []byte {
-	var v []byte
-	eachField(raw, func(n protowire.Number, whole []byte) bool {
-		if n != num {
-			return true
-		}
-		v = value(whole)
-		return false
-	})
-	return v
-}
-
-// eachField calls fn with the number and the whole encoding (tag included) of
-// each top-level field of a protobuf message, until fn returns false, the end
-// or a malformed field.
-func eachField(raw []byte, fn func(num protowire.Number, whole []byte) bool) {
-	for len(raw) > 0 {
-		num, typ, n := protowire.ConsumeTag(raw)
-		if n < 0 {
-			return
-		}
-		m := protowire.ConsumeFieldValue(num, typ, raw[n:])
-		if m < 0 {
-			return
-		}
-		if !fn(num, raw[:n+m]) {
-			return
-		}
-		raw = raw[n+m:]
-	}
 }
 
 // compactTransform is the pod informer's transform: every pod it receives,

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vkubelet/vkubelet/internal/apiwire"
 )
 
 func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
@@ -87,8 +89,8 @@ func TestStatusFieldIsThePodsEncodedStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := p.Status.Marshal()
-	if got := field(raw, podStatusField); !bytes.Equal(got, want) {
-		t.Fatalf("field(status) = %x, want %x", got, want)
+	if got := apiwire.Field(raw, podStatusField); !bytes.Equal(got, want) {
+		t.Fatalf("apiwire.Field(status) = %x, want %x", got, want)
 	}
 	a, _ := compact(p.DeepCopy())
 	q := p.DeepCopy()

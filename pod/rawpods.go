@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/vkubelet/vkubelet/internal/apiwire"
 	"github.com/vkubelet/vkubelet/internal/cacheutil"
 )
 
@@ -71,18 +72,14 @@ func (l *rawPodList) DeepCopyObject() runtime.Object {
 
 // Field numbers in k8s.io/api's and apimachinery's generated.proto.
 const (
-	unknownTypeMetaField  = 1 // runtime.Unknown
-	unknownRawField       = 2
-	typeMetaKindField     = 2 // runtime.TypeMeta
-	listMetadataField     = 1 // PodList
-	listItemsField        = 2
-	metaOwnerRefsField    = 13 // ObjectMeta (labels and annotations: podcache.go)
-	metaFinalizersField   = 14
-	metaManagedFieldsFld  = 17
-	specNodeNameField     = 10 // PodSpec
-	specEphemeralField    = 34
-	statusPhaseField      = 1 // PodStatus
-	protobufEnvelopeMagic = "k8s\x00"
+	listMetadataField    = 1 // PodList
+	listItemsField       = 2
+	metaOwnerRefsField   = 13 // ObjectMeta (labels and annotations: podcache.go)
+	metaFinalizersField  = 14
+	metaManagedFieldsFld = 17
+	specNodeNameField    = 10 // PodSpec
+	specEphemeralField   = 34
+	statusPhaseField     = 1 // PodStatus
 )
 
 // rawPodDecoder decodes protobuf Pods and PodLists into rawPods and
@@ -92,7 +89,8 @@ type rawPodDecoder struct {
 }
 
 func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	kind, raw, ok := envelope(data)
+	kindBytes, raw, ok := apiwire.Envelope(data)
+	kind := string(kindBytes)
 	if !ok || (kind != "Pod" && kind != "PodList") {
 		return d.Serializer.Decode(data, defaults, into)
 	}
@@ -113,13 +111,13 @@ func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, in
 	}
 	*l = rawPodList{}
 	var err error
-	eachField(raw, func(num protowire.Number, whole []byte) bool {
+	apiwire.EachField(raw, func(num protowire.Number, whole []byte) bool {
 		switch num {
 		case listMetadataField:
-			err = l.ListMeta.Unmarshal(value(whole))
+			err = l.ListMeta.Unmarshal(apiwire.Value(whole))
 		case listItemsField:
 			l.Items = append(l.Items, rawPod{})
-			err = l.Items[len(l.Items)-1].decode(value(whole))
+			err = l.Items[len(l.Items)-1].decode(apiwire.Value(whole))
 		}
 		return err == nil
 	})
@@ -129,64 +127,51 @@ func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, in
 	return l, gvk, nil
 }
 
-// envelope returns the kind and the encoding of the object in a protobuf
-// envelope (the magic number, then a runtime.Unknown); ok is false if data
-// is not one.
-func envelope(data []byte) (kind string, raw []byte, ok bool) {
-	rest, found := cutPrefix(data, protobufEnvelopeMagic)
-	if !found {
-		return "", nil, false
-	}
-	eachField(rest, func(num protowire.Number, whole []byte) bool {
-		switch num {
-		case unknownTypeMetaField:
-			kind = string(field(value(whole), typeMetaKindField))
-		case unknownRawField:
-			raw, ok = value(whole), true
-		}
-		return true
-	})
-	return kind, raw, ok
-}
-
-func cutPrefix(b []byte, prefix string) ([]byte, bool) {
-	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
-		return nil, false
-	}
-	return b[len(prefix):], true
-}
-
 // decode sets p from the encoding of a Pod: a copy of it without managed
 // fields, and the metadata the informer reads.
+//
+// Every event of the pod watch comes through here, so the copy is made in one
+// allocation of its final size: a first walk measures it (the watch's frame is
+// reused for the next event, so a copy there must be).
 func (p *rawPod) decode(pod []byte) error {
 	*p = rawPod{}
-	out := make([]byte, 0, len(pod))
-	var light []byte // the metadata fields ObjectMeta is decoded from
+	size, lightSize := 0, 0
 	err := walk(pod, func(num protowire.Number, whole []byte) error {
 		if num != podMetadataField {
-			out = append(out, whole...)
+			size += len(whole)
 			return nil
 		}
-		meta := value(whole)
-		kept := make([]byte, 0, len(meta))
-		err := walk(meta, func(num protowire.Number, whole []byte) error {
-			switch num {
-			case metaManagedFieldsFld:
-			case metaLabelsField, metaOwnerRefsField, metaFinalizersField:
-				kept = append(kept, whole...)
-			default:
-				kept = append(kept, whole...)
-				light = append(light, whole...)
-			}
-			return nil
-		})
-		out = protowire.AppendTag(out, podMetadataField, protowire.BytesType)
-		out = protowire.AppendBytes(out, kept)
+		kept, light, err := metadataSizes(apiwire.Value(whole))
+		size += protowire.SizeTag(podMetadataField) + protowire.SizeBytes(kept)
+		lightSize += light
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("reading a pod's encoding: %w", err)
 	}
+	out := make([]byte, 0, size)
+	light := make([]byte, 0, lightSize) // the metadata fields ObjectMeta is decoded from
+	_ = walk(pod, func(num protowire.Number, whole []byte) error {
+		if num != podMetadataField {
+			out = append(out, whole...)
+			return nil
+		}
+		meta := apiwire.Value(whole)
+		kept, _, _ := metadataSizes(meta)
+		out = protowire.AppendTag(out, podMetadataField, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(kept))
+		return walk(meta, func(num protowire.Number, whole []byte) error {
+			switch num {
+			case metaManagedFieldsFld:
+			case metaLabelsField, metaOwnerRefsField, metaFinalizersField:
+				out = append(out, whole...)
+			default:
+				out = append(out, whole...)
+				light = append(light, whole...)
+			}
+			return nil
+		})
+	})
 	if err := p.ObjectMeta.Unmarshal(light); err != nil {
 		return fmt.Errorf("decoding a pod's metadata: %w", err)
 	}
@@ -194,12 +179,30 @@ func (p *rawPod) decode(pod []byte) error {
 	return nil
 }
 
+// metadataSizes measures what decode keeps of a pod's metadata: its fields
+// but managed fields (kept), and of those the ones ObjectMeta is decoded from
+// (light).
+func metadataSizes(meta []byte) (kept, light int, err error) {
+	err = walk(meta, func(num protowire.Number, whole []byte) error {
+		switch num {
+		case metaManagedFieldsFld:
+		case metaLabelsField, metaOwnerRefsField, metaFinalizersField:
+			kept += len(whole)
+		default:
+			kept += len(whole)
+			light += len(whole)
+		}
+		return nil
+	})
+	return kept, light, err
+}
+
 // walk is eachField for bytes from the wire: a malformed field is an error,
 // not the end of the message.
 func walk(raw []byte, fn func(num protowire.Number, whole []byte) error) error {
 	var err error
 	read := 0
-	eachField(raw, func(num protowire.Number, whole []byte) bool {
+	apiwire.EachField(raw, func(num protowire.Number, whole []byte) bool {
 		read += len(whole)
 		err = fn(num, whole)
 		return err == nil

@@ -7,8 +7,11 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/vkubelet/vkubelet/internal/apiwire"
 )
 
 // Bytes that are not a whole Pod are an error, not a pod with what could be
@@ -27,7 +30,7 @@ func TestATruncatedPodIsAnError(t *testing.T) {
 	}
 	boundary := map[int]bool{}
 	at := 0
-	eachField(raw, func(_ protowire.Number, f []byte) bool {
+	apiwire.EachField(raw, func(_ protowire.Number, f []byte) bool {
 		at += len(f)
 		boundary[at] = true
 		return true
@@ -56,5 +59,41 @@ func TestOtherKindsAreDecodedAsBefore(t *testing.T) {
 	obj, _, err := rawPodDecoder{info.Serializer}.Decode([]byte(b.String()), nil, nil)
 	if got, ok := obj.(*corev1.ConfigMap); err != nil || !ok || got.Data["a"] != "b" {
 		t.Fatalf("decoded a ConfigMap as %T %v, %v", obj, obj, err)
+	}
+}
+
+// The fingerprint patchStatus reads off the API server's answer, the pod
+// with its managed fields, is the one the informer's copy of that pod gets
+// without them: a status write is then known for its own echo.
+func TestAStatusWritesAnswerHasTheInformersFingerprint(t *testing.T) {
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	encode := func(p *corev1.Pod) []byte {
+		p.Kind, p.APIVersion = "Pod", "v1"
+		var b strings.Builder
+		if err := info.Serializer.Encode(p, &b); err != nil {
+			t.Fatal(err)
+		}
+		return []byte(b.String())
+	}
+	p := benchPod()
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "vkubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}
+	p.Status.Phase = corev1.PodRunning
+	answer := encode(p)
+	obj, _, err := rawPodDecoder{info.Serializer}.Decode(answer, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := compactRaw(obj.(*rawPod))
+	kind, raw, ok := apiwire.Envelope(answer)
+	if !ok || string(kind) != "Pod" {
+		t.Fatalf("envelope: kind %q, ok %v", kind, ok)
+	}
+	if got := statusFingerprint(raw); got != cached.statusHash {
+		t.Fatalf("answer's status fingerprint %x, informer's %x", got, cached.statusHash)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	_, other, _ := apiwire.Envelope(encode(p))
+	if statusFingerprint(other) == cached.statusHash {
+		t.Fatal("another status has the same fingerprint")
 	}
 }

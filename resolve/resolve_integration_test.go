@@ -18,7 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
@@ -42,9 +44,12 @@ type fixture struct {
 	changed  chan string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, testenv.Client(t)) }
+
+// newFixtureWith is newFixture with the resolver's client c.
+func newFixtureWith(t *testing.T, c kubernetes.Interface) *fixture {
 	t.Helper()
-	f := &fixture{t: t, c: testenv.Client(t), ns: testenv.Namespace(t), changed: make(chan string, 100)}
+	f := &fixture{t: t, c: c, ns: testenv.Namespace(t), changed: make(chan string, 100)}
 	f.node = "resolve-" + f.ns
 	ctx := context.Background()
 	_, err := f.c.CoreV1().Nodes().Create(ctx, &corev1.Node{
@@ -360,8 +365,21 @@ func TestMissingSecretNotifiesWhenItAppears(t *testing.T) {
 // TestTokenIsBoundToThePod: a projected token is accepted by TokenReview as the
 // pod's service account, carries the pod's name and UID, honours its audience and
 // expiry, and is rejected once the pod is deleted.
+// In both encodings a client may use: the agent's protobuf (the TokenRequest's
+// answer read off its encoding) and JSON.
 func TestTokenIsBoundToThePod(t *testing.T) {
-	f := newFixture(t)
+	pb := rest.CopyConfig(testenv.ControlPlane(t).RESTConfig)
+	pb.ContentType, pb.AcceptContentTypes = runtime.ContentTypeProtobuf, runtime.ContentTypeProtobuf
+	protobuf, err := kubernetes.NewForConfig(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]kubernetes.Interface{"json": testenv.Client(t), "protobuf": protobuf} {
+		t.Run(name, func(t *testing.T) { tokenIsBoundToThePod(t, newFixtureWith(t, c)) })
+	}
+}
+
+func tokenIsBoundToThePod(t *testing.T, f *fixture) {
 	p := f.createPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bound"},
 		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "aud", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{

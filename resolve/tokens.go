@@ -11,7 +11,6 @@ import (
 	"github.com/vkubelet/vkubelet/internal/tokenpack"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Token refresh is paced. A token may be refreshed once 15% of its lifetime has
@@ -87,13 +86,13 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	if audience != "" {
 		auds = []string{audience}
 	}
-	tr, err := r.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+	tr, err := requestToken(ctx, r.client, pod.Namespace, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
 			Audiences:         auds,
 			ExpirationSeconds: expirationSeconds,
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
 		},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("requesting a token of service account %s/%s: %w", pod.Namespace, sa, err)
 	}

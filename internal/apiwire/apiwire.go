@@ -1,0 +1,122 @@
+// Package apiwire reads the API server's answers to the node's busiest
+// requests without client-go's decoding of them.
+//
+// A node writes a pod's status and asks for its service-account token once per
+// pod start. Through client-go's Request.Do each answer is read with io.ReadAll
+// into a fresh buffer that grows by doubling (a status patch answers with the
+// whole pod, managed fields included: about 7 KiB), and then decoded into an
+// object, of which the node reads one field or two. At 10,000 pod starts those
+// buffers and objects were about a sixth of the agent's allocations, and the
+// garbage collector's work grows with them. The callers here send the request
+// with client-go (Request.Stream: its rate limiter, retries after Retry-After,
+// warnings and error decoding all apply) and read the answer into a buffer
+// reused from a pool, then pick out what they need from its protobuf encoding.
+package apiwire
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// maxPooled is the largest buffer returned to the pool: an answer bigger than
+// this (a pod with a huge spec) is read into a buffer that is then dropped, so
+// the pool never pins a few large buffers for the process's life.
+const maxPooled = 64 << 10
+
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// Read reads body to its end, closes it, and calls use with its bytes, which
+// are valid only during the call: use must copy what it keeps.
+func Read(body io.ReadCloser, use func(data []byte) error) error {
+	buf := buffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, err := buf.ReadFrom(body)
+	if cerr := body.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = use(buf.Bytes())
+	}
+	if buf.Cap() <= maxPooled {
+		buffers.Put(buf)
+	}
+	return err
+}
+
+// Field numbers in apimachinery's generated.proto.
+const (
+	unknownTypeMetaField = 1 // runtime.Unknown
+	unknownRawField      = 2
+	typeMetaKindField    = 2 // runtime.TypeMeta
+)
+
+// magic starts every protobuf-encoded object the API server sends.
+const magic = "k8s\x00"
+
+// Envelope returns the kind and the encoding of the object in a protobuf
+// envelope (the magic number, then a runtime.Unknown), both parts of data; ok
+// is false if data is not one (JSON, for a client configured for it).
+func Envelope(data []byte) (kind, raw []byte, ok bool) {
+	rest, found := bytes.CutPrefix(data, []byte(magic))
+	if !found {
+		return nil, nil, false
+	}
+	EachField(rest, func(num protowire.Number, whole []byte) bool {
+		switch num {
+		case unknownTypeMetaField:
+			kind = Field(Value(whole), typeMetaKindField)
+		case unknownRawField:
+			raw, ok = Value(whole), true
+		}
+		return true
+	})
+	return kind, raw, ok
+}
+
+// EachField calls fn with the number and the whole encoding (tag included) of
+// each top-level field of a protobuf message, in order, until fn returns false
+// or a field cannot be read.
+func EachField(raw []byte, fn func(num protowire.Number, whole []byte) bool) {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return
+		}
+		m := protowire.ConsumeFieldValue(num, typ, raw[n:])
+		if m < 0 {
+			return
+		}
+		if !fn(num, raw[:n+m]) {
+			return
+		}
+		raw = raw[n+m:]
+	}
+}
+
+// Value is the value of a length-delimited field given whole (tag included);
+// nil for a field of another wire type.
+func Value(whole []byte) []byte {
+	_, typ, n := protowire.ConsumeTag(whole)
+	if typ != protowire.BytesType {
+		return nil
+	}
+	v, _ := protowire.ConsumeBytes(whole[n:])
+	return v
+}
+
+// Field is the value of the first length-delimited field num of a protobuf
+// message; nil if there is none.
+func Field(raw []byte, num protowire.Number) []byte {
+	var v []byte
+	EachField(raw, func(n protowire.Number, whole []byte) bool {
+		if n != num {
+			return true
+		}
+		v = Value(whole)
+		return false
+	})
+	return v
+}

@@ -1,0 +1,84 @@
+package apiwire_test
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/vkubelet/vkubelet/internal/apiwire"
+)
+
+type body struct {
+	io.Reader
+	closed bool
+	err    error
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.Reader.Read(p)
+}
+
+func (b *body) Close() error { b.closed = true; return nil }
+
+func TestReadHandsOverTheWholeBodyAndClosesIt(t *testing.T) {
+	for _, size := range []int{0, 10, 7 << 10, 200 << 10} { // the last is not pooled
+		want := strings.Repeat("x", size)
+		b := &body{Reader: strings.NewReader(want)}
+		var got string
+		if err := apiwire.Read(b, func(data []byte) error { got = string(data); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got != want || !b.closed {
+			t.Fatalf("%d bytes: read %d, closed %v", size, len(got), b.closed)
+		}
+	}
+	// A buffer from the pool holds nothing of an earlier answer.
+	var got string
+	_ = apiwire.Read(&body{Reader: strings.NewReader("short")}, func(data []byte) error { got = string(data); return nil })
+	if got != "short" {
+		t.Fatalf("read %q", got)
+	}
+}
+
+func TestReadReportsErrorsAndDoesNotUseAPartialBody(t *testing.T) {
+	broken := errors.New("connection reset")
+	b := &body{Reader: strings.NewReader("abc"), err: broken}
+	used := false
+	err := apiwire.Read(b, func([]byte) error { used = true; return nil })
+	if !errors.Is(err, broken) || used || !b.closed {
+		t.Fatalf("err %v, used %v, closed %v", err, used, b.closed)
+	}
+	mine := errors.New("not a pod")
+	if err := apiwire.Read(&body{Reader: strings.NewReader("abc")}, func([]byte) error { return mine }); !errors.Is(err, mine) {
+		t.Fatalf("use's error: %v", err)
+	}
+}
+
+func TestEnvelopeReadsTheKindAndTheObject(t *testing.T) {
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	cm := &corev1.ConfigMap{Data: map[string]string{"a": "b"}}
+	cm.Kind, cm.APIVersion = "ConfigMap", "v1"
+	var b strings.Builder
+	if err := info.Serializer.Encode(cm, &b); err != nil {
+		t.Fatal(err)
+	}
+	kind, raw, ok := apiwire.Envelope([]byte(b.String()))
+	if !ok || string(kind) != "ConfigMap" {
+		t.Fatalf("kind %q, ok %v", kind, ok)
+	}
+	var got corev1.ConfigMap
+	if err := got.Unmarshal(raw); err != nil || got.Data["a"] != "b" {
+		t.Fatalf("decoded %v, %v", got.Data, err)
+	}
+	if _, _, ok := apiwire.Envelope([]byte(`{"kind":"ConfigMap"}`)); ok {
+		t.Fatal("JSON read as a protobuf envelope")
+	}
+}
