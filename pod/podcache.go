@@ -71,12 +71,8 @@ var (
 	_ metav1.ObjectMetaAccessor = &cachedPod{}
 )
 
-// GetObjectMeta gives the informer (keys, resource versions) a metav1.Object: a
-// fresh ObjectMeta with the cached fields, made per call since it is short-lived.
-func (c *cachedPod) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
-		ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp}
-}
+// GetObjectMeta is the cachedPod itself, read-only (cachedmeta.go).
+func (c *cachedPod) GetObjectMeta() metav1.Object { return c }
 
 // withStatus decodes the pod's status alone, about half the work of the whole
 // pod, and returns it in a pod with the cached metadata the status handler and

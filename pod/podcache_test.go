@@ -213,3 +213,26 @@ func TestAPodKeepsOneCopyOfItsNameAndUID(t *testing.T) {
 		t.Error("a decoded pod has copies of the cache's name, namespace and UID")
 	}
 }
+
+// The informer reads a cached pod's key and resource version without making
+// anything: the cachedPod is its own read-only metav1.Object.
+func TestACachedPodIsItsOwnObjectMeta(t *testing.T) {
+	now := metav1.Now()
+	c := &cachedPod{Namespace: "ns", Name: "p", UID: "u", ResourceVersion: "7", DeletionTimestamp: &now}
+	m, err := meta.Accessor(c)
+	if err != nil || m != metav1.Object(c) {
+		t.Fatalf("accessor %T, %v", m, err)
+	}
+	if m.GetNamespace() != "ns" || m.GetName() != "p" || m.GetUID() != "u" || m.GetResourceVersion() != "7" || m.GetDeletionTimestamp() != &now {
+		t.Fatalf("metadata %s/%s %s %s %v", m.GetNamespace(), m.GetName(), m.GetUID(), m.GetResourceVersion(), m.GetDeletionTimestamp())
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = cache.ObjectToName(c) }); n != 0 {
+		t.Fatalf("ObjectToName allocates %v times", n)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a setter changed a cached pod")
+		}
+	}()
+	m.SetResourceVersion("8")
+}

@@ -127,6 +127,57 @@ func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, in
 	return l, gvk, nil
 }
 
+// Field numbers of metav1.WatchEvent and runtime.RawExtension.
+const (
+	watchEventTypeField   = 1
+	watchEventObjectField = 2
+	rawExtensionRawField  = 1
+)
+
+// watchEventDecoder decodes the frames of the pod watch, WatchEvents, without
+// copying the object in them: the event's Object.Raw is part of the frame.
+// client-go's watch decoder decodes that object at once (a rawPod copies what it
+// keeps, any other kind is unmarshalled), before it reads the next frame into
+// the same buffer, so nothing refers to the frame past that. The standard
+// decoder copied every event's pod, managed fields included, only for the copy
+// to be dropped: about 5 KiB per event. Anything but a WatchEvent is decoded by
+// next.
+type watchEventDecoder struct {
+	runtime.Serializer // next: the standard protobuf stream serializer
+}
+
+func (d watchEventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	ev, ok := into.(*metav1.WatchEvent)
+	if !ok {
+		return d.Serializer.Decode(data, defaults, into)
+	}
+	*ev = metav1.WatchEvent{}
+	err := walk(data, func(num protowire.Number, whole []byte) error {
+		switch num {
+		case watchEventTypeField:
+			ev.Type = eventType(apiwire.Value(whole))
+		case watchEventObjectField:
+			ev.Object.Raw = apiwire.Field(apiwire.Value(whole), rawExtensionRawField)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading a watch event: %w", err)
+	}
+	return ev, &schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: "WatchEvent"}, nil
+}
+
+// eventType is t as a string, one of the constants for the known types: no
+// string made per event.
+func eventType(t []byte) string {
+	for _, known := range [...]watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+		if string(t) == string(known) {
+			return string(known)
+		}
+	}
+	return string(t)
+}
+
 // decode sets p from the encoding of a Pod: a copy of it without managed
 // fields, and the metadata the informer reads.
 //
@@ -252,6 +303,9 @@ func newRawPods(client kubernetes.Interface) (*rawPods, bool) {
 		return nil, false
 	}
 	info.Serializer = rawPodDecoder{info.Serializer}
+	stream := *info.StreamSerializer // the scheme's, shared: changed in a copy
+	stream.Serializer = watchEventDecoder{stream.Serializer}
+	info.StreamSerializer = &stream
 	gv := corev1.SchemeGroupVersion
 	c, err := rest.NewRESTClient(base, u.Path, rest.ClientContentConfig{
 		AcceptContentTypes: runtime.ContentTypeProtobuf,

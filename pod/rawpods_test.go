@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/vkubelet/vkubelet/internal/apiwire"
@@ -95,5 +97,53 @@ func TestAStatusWritesAnswerHasTheInformersFingerprint(t *testing.T) {
 	_, other, _ := apiwire.Envelope(encode(p))
 	if statusFingerprint(other) == cached.statusHash {
 		t.Fatal("another status has the same fingerprint")
+	}
+}
+
+// The pod watch's frames decode as the standard decoder has them, without
+// copying their object; a cut frame is an error.
+func TestWatchEventsDecodeAsBefore(t *testing.T) {
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	p := benchPod()
+	p.Kind, p.APIVersion = "Pod", "v1"
+	var pod strings.Builder
+	if err := info.Serializer.Encode(p, &pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []metav1.WatchEvent{
+		{Type: string(watch.Modified), Object: runtime.RawExtension{Raw: []byte(pod.String())}},
+		{Type: string(watch.Error), Object: runtime.RawExtension{Raw: []byte("a Status")}},
+		{Type: "SOMETHING-NEW"},
+	} {
+		var frame strings.Builder
+		if err := info.StreamSerializer.Encode(&ev, &frame); err != nil {
+			t.Fatal(err)
+		}
+		var want, got metav1.WatchEvent
+		if _, _, err := info.StreamSerializer.Decode([]byte(frame.String()), nil, &want); err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := watchEventDecoder{info.StreamSerializer.Serializer}.Decode([]byte(frame.String()), nil, &got)
+		if err != nil || obj != &got {
+			t.Fatalf("%s: decoded %T, %v", ev.Type, obj, err)
+		}
+		if got.Type != want.Type || !bytes.Equal(got.Object.Raw, want.Object.Raw) {
+			t.Fatalf("decoded %s with %d bytes, want %s with %d", got.Type, len(got.Object.Raw), want.Type, len(want.Object.Raw))
+		}
+		if len(frame.String()) > 10 {
+			cut := []byte(frame.String())[:len(frame.String())-3]
+			if _, _, err := (watchEventDecoder{info.StreamSerializer.Serializer}).Decode(cut, nil, &got); err == nil {
+				t.Fatalf("%s: a cut frame decoded", ev.Type)
+			}
+		}
+	}
+	// Anything else goes to the standard decoder.
+	raw, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := watchEventDecoder{info.StreamSerializer.Serializer}.Decode(raw, nil, &corev1.Pod{})
+	if got, ok := obj.(*corev1.Pod); err != nil || !ok || got.Name != p.Name {
+		t.Fatalf("a pod decoded as %T, %v", obj, err)
 	}
 }

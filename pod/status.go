@@ -42,6 +42,8 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus) corev
 	if p.EphemeralContainerStatuses != nil {
 		out.EphemeralContainerStatuses = p.EphemeralContainerStatuses
 	}
+	// Room for the provider's conditions at once, not a copy per append.
+	out.Conditions = slices.Grow(out.Conditions, len(p.Conditions))
 	for _, c := range p.Conditions {
 		out.Conditions = upsertCondition(out.Conditions, c)
 	}
