@@ -36,6 +36,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unique"
@@ -130,7 +131,7 @@ func Pack(token []byte) Token {
 		return Token{body: token}
 	}
 	hash := maphash.Bytes(recent.seed, token)
-	if t, ok := recent.get(hash); ok && bytes.Equal(t.Bytes(), token) {
+	if t, ok := recent.get(hash); ok && t.is(token) {
 		return t
 	}
 	claims, err := b64Strict.DecodeString(string(claims64))
@@ -158,7 +159,7 @@ func Pack(token []byte) Token {
 		return Token{body: token}
 	}
 	packed := Token{header: unique.Make(string(header)), body: body}
-	if !bytes.Equal(packed.Bytes(), token) {
+	if !packed.is(token) {
 		return Token{body: token}
 	}
 	recent.put(hash, packed)
@@ -232,6 +233,23 @@ func (t Token) Bytes() []byte {
 	if !t.Packed() {
 		return t.body
 	}
+	return t.appendTo(nil)
+}
+
+// is reports whether t rebuilds as token, rebuilding it in a reused buffer:
+// Pack checks each token it packs, and the copy would be garbage at once.
+func (t Token) is(token []byte) bool {
+	if !t.Packed() {
+		return bytes.Equal(t.body, token)
+	}
+	buf := scratch.Get().(*[]byte)
+	defer scratch.Put(buf)
+	*buf = t.appendTo((*buf)[:0])
+	return bytes.Equal(*buf, token)
+}
+
+// appendTo appends the packed token t, rebuilt, to out.
+func (t Token) appendTo(out []byte) []byte {
 	sigLen, n := binary.Uvarint(t.body)
 	sig, block := t.body[n:n+int(sigLen)], t.body[n+int(sigLen):]
 	buf := scratch.Get().(*[]byte)
@@ -243,9 +261,12 @@ func (t Token) Bytes() []byte {
 		panic(fmt.Sprintf("tokenpack: a packed token does not unpack: %v", err))
 	}
 	*buf = condensed
-	claims := expand(make([]byte, 0, expandedLen(condensed)), condensed)
+	expanded := scratch.Get().(*[]byte)
+	defer scratch.Put(expanded)
+	*expanded = expand((*expanded)[:0], condensed)
+	claims := *expanded
 	header := t.header.Value()
-	out := make([]byte, 0, len(header)+2+b64.EncodedLen(len(claims))+b64.EncodedLen(len(sig)))
+	out = slices.Grow(out, len(header)+2+b64.EncodedLen(len(claims))+b64.EncodedLen(len(sig)))
 	out = append(out, header...)
 	out = append(out, '.')
 	out = b64.AppendEncode(out, claims)
