@@ -274,6 +274,10 @@ func printResult(out io.Writer, r *bench.Result) {
 		func(n *bench.NodeResult) string {
 			return fmt.Sprintf("%.1f / %.1f / %.1f MiB", n.IdleRSSMiB, n.PeakRSSMiB, n.RSSGrowthMiB)
 		})
+	row("RSS anonymous / file-backed, idle → pods", none,
+		func(n *bench.NodeResult) string {
+			return fmt.Sprintf("%.1f / %.1f → %.1f / %.1f MiB", n.IdleAnonMiB, n.IdleFileMiB, n.AnonMiB, n.FileMiB)
+		})
 	row("live heap growth", none,
 		func(n *bench.NodeResult) string {
 			return fmt.Sprintf("%.1f MiB (%.2f KiB per pod)", n.HeapGrowthMiB, 1024*n.HeapGrowthMiB/float64(r.Pods))

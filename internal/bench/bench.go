@@ -131,6 +131,14 @@ type NodeResult struct {
 	IdleRSSMiB   float64  `json:"idle_rss_mib"`
 	PeakRSSMiB   float64  `json:"peak_rss_mib"`
 	RSSGrowthMiB float64  `json:"rss_growth_mib"`
+	// The RSS idle and with the pods Running (idle + growth), split into
+	// anonymous memory (heap, stacks, runtime) and file-backed pages (the
+	// binary's code and read-only data): the two compare differently between
+	// implementations, and only the first grows with pods.
+	IdleAnonMiB float64 `json:"idle_rss_anon_mib"`
+	IdleFileMiB float64 `json:"idle_rss_file_mib"`
+	AnonMiB     float64 `json:"rss_anon_mib"`
+	FileMiB     float64 `json:"rss_file_mib"`
 	// HeapGrowthMiB is the growth of the process's live heap (after a forced GC)
 	// from idle to all pods Running: what it keeps per pod, apart from the
 	// garbage collector's headroom, which RSS includes.
@@ -318,7 +326,7 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err != nil {
 		return nil, n.failed(err)
 	}
-	r.IdleRSSMiB = idle.rssMiB
+	r.IdleRSSMiB, r.IdleAnonMiB, r.IdleFileMiB = idle.rssMiB, idle.anonMiB, idle.fileMiB
 	if r.Nodes > 0 {
 		r.IdleHeapKiBPerNode = idleHeap * 1024 / float64(r.Nodes)
 	}
@@ -353,6 +361,7 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 		return nil, err
 	}
 	r.RSSGrowthMiB = used.rssMiB - idle.rssMiB
+	r.AnonMiB, r.FileMiB = used.anonMiB, used.fileMiB
 	// What the process keeps per pod, not what it holds while it still works
 	// through the burst's last events (watch data not yet read, notifications
 	// and queue items waiting: 0.1 to 0.5 KiB per pod in single runs).

@@ -106,6 +106,10 @@ func (c *child) tail() string {
 
 type usage struct {
 	rssMiB, peakMiB, cpuSeconds float64
+	// anonMiB and fileMiB split rssMiB: the process's own memory (its heap,
+	// stacks, the runtime's) and the pages of files it maps, mostly its
+	// binary's code and read-only data, which the page cache shares.
+	anonMiB, fileMiB float64
 }
 
 // usage reads the process's resident memory (now and peak) and CPU time from /proc.
@@ -129,6 +133,10 @@ func (c *child) usage() (usage, error) {
 			u.rssMiB = kb / 1024
 		case "VmHWM:":
 			u.peakMiB = kb / 1024
+		case "RssAnon:":
+			u.anonMiB = kb / 1024
+		case "RssFile:":
+			u.fileMiB = kb / 1024
 		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
