@@ -203,7 +203,7 @@ func BenchmarkStatusWrite(b *testing.B) {
 	ctx := context.Background()
 	b.Run("decoded", func(b *testing.B) {
 		b.ReportAllocs()
-		b.ReportMetric(float64(answer.Len()), "answer-bytes")
+		defer b.ReportMetric(float64(answer.Len()), "answer-bytes")
 		for b.Loop() {
 			var written rawPod
 			err := rp.rest.Patch(types.StrategicMergePatchType).Namespace("ns").Resource("pods").
@@ -216,7 +216,7 @@ func BenchmarkStatusWrite(b *testing.B) {
 	})
 	b.Run("read", func(b *testing.B) {
 		b.ReportAllocs()
-		b.ReportMetric(float64(answer.Len()), "answer-bytes")
+		defer b.ReportMetric(float64(answer.Len()), "answer-bytes")
 		for b.Loop() {
 			if _, err := c.patchStatus(ctx, "ns", "bench", patch); err != nil {
 				b.Fatal(err)
