@@ -3,9 +3,7 @@ package pod
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -14,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
+
+	"github.com/vkubelet/vkubelet/internal/testenv"
 )
 
 // benchPod is a pod of realistic size: three containers with resources, labels,
@@ -180,20 +178,7 @@ func BenchmarkStatusWrite(b *testing.B) {
 	if err := info.Serializer.Encode(p, &answer); err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
-		_, _ = w.Write(answer.Bytes())
-	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	defer srv.Close()
-	// A rate limiter, as the agent has, that never makes the loop wait.
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: 1e6, Burst: 1e6,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	client := testenv.AnsweringClient(b, http.StatusOK, answer.Bytes())
 	rp, ok := newRawPods(client)
 	if !ok {
 		b.Fatal("no REST client")

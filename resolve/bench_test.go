@@ -3,9 +3,7 @@ package resolve
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -13,10 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/testenv"
 )
 
 // BenchmarkResolveEnv resolves the environment of a pod with literal values,
@@ -63,21 +61,7 @@ func BenchmarkTokenRequest(b *testing.B) {
 	if err := info.Serializer.Encode(answer, &wire); err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(wire.Bytes())
-	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	defer srv.Close()
-	// A rate limiter, as the agent has, that never makes the loop wait.
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: 1e6, Burst: 1e6,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	client := testenv.AnsweringClient(b, http.StatusCreated, wire.Bytes())
 	req := func() *authenticationv1.TokenRequest {
 		return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3607),
 			BoundObjectRef: &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "8f0c6a36-3a51-4f38-9d2c-5c0a1b2c3d4e"}}}
