@@ -90,8 +90,14 @@ type rawPodDecoder struct {
 
 func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	kindBytes, raw, ok := apiwire.Envelope(data)
-	kind := string(kindBytes)
-	if !ok || (kind != "Pod" && kind != "PodList") {
+	var kind string // a constant: no string made per event
+	switch string(kindBytes) {
+	case "Pod":
+		kind = "Pod"
+	case "PodList":
+		kind = "PodList"
+	}
+	if !ok || kind == "" {
 		return d.Serializer.Decode(data, defaults, into)
 	}
 	gvk := &schema.GroupVersionKind{Version: "v1", Kind: kind}
@@ -187,6 +193,7 @@ func eventType(t []byte) string {
 func (p *rawPod) decode(pod []byte) error {
 	*p = rawPod{}
 	size, lightSize := 0, 0
+	var kepts []int // what is kept of each metadata field (one, from the API server)
 	err := walk(pod, func(num protowire.Number, whole []byte) error {
 		if num != podMetadataField {
 			size += len(whole)
@@ -195,6 +202,7 @@ func (p *rawPod) decode(pod []byte) error {
 		kept, light, err := metadataSizes(apiwire.Value(whole))
 		size += protowire.SizeTag(podMetadataField) + protowire.SizeBytes(kept)
 		lightSize += light
+		kepts = append(kepts, kept)
 		return err
 	})
 	if err != nil {
@@ -207,11 +215,10 @@ func (p *rawPod) decode(pod []byte) error {
 			out = append(out, whole...)
 			return nil
 		}
-		meta := apiwire.Value(whole)
-		kept, _, _ := metadataSizes(meta)
 		out = protowire.AppendTag(out, podMetadataField, protowire.BytesType)
-		out = protowire.AppendVarint(out, uint64(kept))
-		return walk(meta, func(num protowire.Number, whole []byte) error {
+		out = protowire.AppendVarint(out, uint64(kepts[0]))
+		kepts = kepts[1:]
+		return walk(apiwire.Value(whole), func(num protowire.Number, whole []byte) error {
 			switch num {
 			case metaManagedFieldsFld:
 			case metaLabelsField, metaOwnerRefsField, metaFinalizersField:

@@ -1,11 +1,9 @@
 package mock
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -135,23 +133,3 @@ func (a *fakeAttach) Stdout() io.WriteCloser           { return a.stdout }
 func (a *fakeAttach) Stderr() io.WriteCloser           { return nil }
 func (a *fakeAttach) TTY() bool                        { return a.tty }
 func (a *fakeAttach) Resize() <-chan provider.TermSize { return a.resize }
-
-// buffer is a concurrency-safe io.WriteCloser.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) Close() error { return nil }
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -47,7 +48,7 @@ var testToken = func() string {
 
 func exec(t *testing.T, p *Provider, cmd ...string) (string, error) {
 	t.Helper()
-	out := &buffer{}
+	out := &testenv.Buffer{}
 	err := p.RunInContainer(context.Background(), "default", "web", "app", cmd, &fakeAttach{stdout: out})
 	return out.String(), err
 }

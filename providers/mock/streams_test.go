@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -160,7 +161,7 @@ func TestRunInContainer(t *testing.T) {
 		{name: "sh -c exit", cmd: []string{"sh", "-c", "exit 42"}, want: "sh -c exit 42\n", wantCode: 42},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := &buffer{}
+			out := &testenv.Buffer{}
 			attach := &fakeAttach{stdout: out, tty: tc.tty, resize: make(chan provider.TermSize)}
 			if tc.stdin != "" {
 				attach.stdin = strings.NewReader(tc.stdin)
@@ -187,7 +188,7 @@ func TestRunInContainerEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- p.RunInContainer(ctx, "default", "web", "app", []string{"cat"}, &fakeAttach{stdin: stdinR, stdout: &buffer{}})
+		done <- p.RunInContainer(ctx, "default", "web", "app", []string{"cat"}, &fakeAttach{stdin: stdinR, stdout: &testenv.Buffer{}})
 	}()
 	cancel()
 	select {
@@ -216,7 +217,7 @@ func TestRunInContainerErrors(t *testing.T) {
 
 func TestAttachToContainerEchoesStdin(t *testing.T) {
 	p := runningProvider(t)
-	out := &buffer{}
+	out := &testenv.Buffer{}
 	err := p.AttachToContainer(context.Background(), "default", "web", "app", &fakeAttach{stdin: strings.NewReader("hi\n"), stdout: out})
 	if err != nil {
 		t.Fatalf("AttachToContainer: %v", err)
