@@ -72,7 +72,7 @@ func benchmarkStatusPatch(b *testing.B, patchOf func(types.UID, *corev1.PodStatu
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		desired := mergeStatus(p.Status, running)
+		desired := mergeStatus(p.Status, running, nil)
 		patch, err := patchOf(p.UID, &p.Status, &desired)
 		if err != nil || patch == nil {
 			b.Fatal(err)
@@ -89,7 +89,7 @@ func BenchmarkStatusUnchanged(b *testing.B) {
 	same := p.Status.DeepCopy()
 	b.ReportAllocs()
 	for b.Loop() {
-		desired := mergeStatus(p.Status, same)
+		desired := mergeStatus(p.Status, same, nil)
 		if patch, _ := statusPatch(p.UID, &p.Status, &desired); patch != nil {
 			b.Fatal("patch for an unchanged status")
 		}
@@ -208,4 +208,19 @@ func BenchmarkStatusWrite(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkWithStatus is what each status check decodes of the cached pod: its
+// status and, walking the spec's fields, its readiness gates.
+func BenchmarkWithStatus(b *testing.B) {
+	cp, err := compact(benchPod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := cp.withStatus(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -99,7 +99,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 // writeStatus patches the status subresource of p with what the provider reports,
 // if that changes anything.
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus) error {
-	desired := mergeStatus(p.Status, fromProvider)
+	desired := mergeStatus(p.Status, fromProvider, p.Spec.ReadinessGates)
 	patch, err := statusPatch(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err

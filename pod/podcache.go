@@ -76,11 +76,26 @@ func (c *cachedPod) GetObjectMeta() metav1.Object { return c }
 
 // withStatus decodes the pod's status alone, about half the work of the whole
 // pod, and returns it in a pod with the cached metadata the status handler and
-// writeStatus read (namespace, name, UID, deletion timestamp) and no spec.
+// writeStatus read (namespace, name, UID, deletion timestamp) and, of the spec,
+// only its readiness gates.
 func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
 		ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp}}
 	if err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
+		var err error
+		apiwire.EachField(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) bool {
+			if num == specReadinessGatesField {
+				var g corev1.PodReadinessGate
+				if err = g.Unmarshal(apiwire.Value(whole)); err != nil {
+					return false
+				}
+				p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, g)
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
 		return p.Status.Unmarshal(apiwire.Field(raw, podStatusField))
 	}); err != nil {
 		return nil, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
@@ -160,12 +175,13 @@ func asString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b
 // generated.proto). Their encoding is deterministic: map entries are written
 // sorted by key, so equal fields encode to equal bytes.
 const (
-	podMetadataField   = 1
-	podSpecField       = 2
-	podStatusField     = 3
-	metaLabelsField    = 11
-	metaAnnotsField    = 12
-	fingerprintSpacing = 0xff // before the spec, so bytes moved between it and metadata change the hash
+	podMetadataField        = 1
+	podSpecField            = 2
+	podStatusField          = 3
+	specReadinessGatesField = 28
+	metaLabelsField         = 11
+	metaAnnotsField         = 12
+	fingerprintSpacing      = 0xff // before the spec, so bytes moved between it and metadata change the hash
 )
 
 // statusFingerprint is the status fingerprint of fingerprints alone, for the

@@ -145,11 +145,13 @@ func TestSpecHashFollowsSpecLabelsAndAnnotations(t *testing.T) {
 	}
 }
 
-// withStatus decodes the same status as the whole pod, with the cached metadata.
+// withStatus decodes the same status as the whole pod, with the cached metadata
+// and the readiness gates.
 func TestWithStatusIsThePodsStatus(t *testing.T) {
 	now := metav1.NewTime(time.Now().Truncate(time.Second)) // as encoded
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/load-balancer"}, {ConditionType: "example.com/mesh"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", StartTime: &now,
 			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true, RestartCount: 2}}}}
@@ -162,7 +164,7 @@ func TestWithStatusIsThePodsStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := p.DeepCopy()
-	want.Spec = corev1.PodSpec{}
+	want.Spec = corev1.PodSpec{ReadinessGates: p.Spec.ReadinessGates}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("withStatus = %+v\nwant %+v", got, want)
 	}

@@ -14,8 +14,10 @@ import (
 // by others (readiness gates, DisruptionTarget, …) stay, and a condition whose status
 // did not change keeps its transition time. Restart counts never go back and a
 // pod's start time, once set, stays (see withRestartHistory). Everything else (qosClass, resize
-// status, …) is kept from the API pod.
-func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus) corev1.PodStatus {
+// status, …) is kept from the API pod. The provider's Ready condition is held back
+// while one of the pod's readiness gates (gates, from its spec) is not True
+// (gatedReady).
+func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, gates []corev1.PodReadinessGate) corev1.PodStatus {
 	out := *current.DeepCopy()
 	p := fromProvider
 	if p.Phase != "" {
@@ -44,8 +46,16 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus) corev
 	}
 	// Room for the provider's conditions at once, not a copy per append.
 	out.Conditions = slices.Grow(out.Conditions, len(p.Conditions))
-	for _, c := range p.Conditions {
+	var ready *corev1.PodCondition
+	for i, c := range p.Conditions {
+		if c.Type == corev1.PodReady && len(gates) > 0 {
+			ready = &p.Conditions[i] // judged once every other condition is in
+			continue
+		}
 		out.Conditions = upsertCondition(out.Conditions, c)
+	}
+	if ready != nil {
+		out.Conditions = upsertCondition(out.Conditions, gatedReady(*ready, gates, out.Conditions))
 	}
 	return out
 }

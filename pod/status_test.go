@@ -25,7 +25,7 @@ func TestAPodStartedAgainByAProviderThatLostItCountsARestart(t *testing.T) {
 	fromProvider := &corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &t1,
 		ContainerStatuses: []corev1.ContainerStatus{running("app", metav1.NewTime(t1.Add(1500*time.Millisecond)), 0)}}
 
-	got := mergeStatus(api, fromProvider)
+	got := mergeStatus(api, fromProvider, nil)
 	if !got.StartTime.Equal(&t0) {
 		t.Errorf("startTime %v, want the first one %v", got.StartTime, t0)
 	}
@@ -44,7 +44,7 @@ func TestAPodStartedAgainByAProviderThatLostItCountsARestart(t *testing.T) {
 	// The same instance reported again (the API keeps seconds only): nothing more.
 	written := got
 	written.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(t1.Add(time.Second))
-	again := mergeStatus(written, fromProvider)
+	again := mergeStatus(written, fromProvider, nil)
 	if n := again.ContainerStatuses[0].RestartCount; n != 1 {
 		t.Errorf("restartCount after the same report: %d, want 1", n)
 	}
@@ -58,7 +58,7 @@ func TestAProviderThatCountsItsRestartsIsTakenAsItIs(t *testing.T) {
 	exited := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, StartedAt: t0, FinishedAt: t1}}
 	pc := running("app", t1, 3)
 	pc.LastTerminationState = exited
-	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{pc}})
+	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{pc}}, nil)
 	if cs := got.ContainerStatuses[0]; cs.RestartCount != 3 || cs.LastTerminationState.Terminated.ExitCode != 1 {
 		t.Errorf("got restartCount %d, lastState %+v; want the provider's 3 and exit code 1", cs.RestartCount, cs.LastTerminationState)
 	}
@@ -67,7 +67,7 @@ func TestAProviderThatCountsItsRestartsIsTakenAsItIs(t *testing.T) {
 func TestARestartCountNeverGoesBack(t *testing.T) {
 	waiting := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
 	api := corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t0, 4)}}
-	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}})
+	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}}, nil)
 	if cs := got.ContainerStatuses[0]; cs.RestartCount != 4 || cs.State.Waiting == nil {
 		t.Errorf("got restartCount %d, state %+v; want 4 and the provider's waiting state", cs.RestartCount, cs.State)
 	}
@@ -75,7 +75,7 @@ func TestARestartCountNeverGoesBack(t *testing.T) {
 
 func TestAFirstStatusTakesTheProvidersStartTimeAndCounts(t *testing.T) {
 	got := mergeStatus(corev1.PodStatus{Phase: corev1.PodPending}, &corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &t1,
-		ContainerStatuses: []corev1.ContainerStatus{running("app", t1, 0)}})
+		ContainerStatuses: []corev1.ContainerStatus{running("app", t1, 0)}}, nil)
 	if !got.StartTime.Equal(&t1) || got.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("got startTime %v, restartCount %d; want %v and 0", got.StartTime, got.ContainerStatuses[0].RestartCount, t1)
 	}
