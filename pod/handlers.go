@@ -47,7 +47,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		}
 	})
 	st := c.state.get(key)
-	if st.providerUID != cached.UID || cached.terminal {
+	if st.providerUID != cached.UID || (cached.terminal && !stoppedByNode(st, cached)) {
 		return nil // not (yet) in the provider, or finished for good
 	}
 	// The status and the few metadata fields below are all this handler reads.
@@ -70,6 +70,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 				c.deleteQueue.Add(key)
 				return nil
 			}
+			if stoppedByNode(st, cached) {
+				// Stopped and then forgotten by the provider, as asked: its
+				// containers' last states will not come.
+				c.state.update(key, func(s *podState) { s.providerUID = "" })
+				return c.writeStatus(ctx, p, &corev1.PodStatus{ContainerStatuses: terminatedAll(p.Status.ContainerStatuses,
+					p.Status.Reason, "the provider stopped the pod and no longer reports it")})
+			}
 			// The provider lost the pod: the sync handler starts it again or, if
 			// its restart policy forbids that, marks it failed.
 			c.log.Warn("provider no longer has the pod", "pod", key)
@@ -81,8 +88,17 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			return fmt.Errorf("GetPodStatus %s: %w", key, err)
 		}
 	}
+	if left, ok := deadlineLeft(p, status, c.clock.Now()); ok {
+		if left <= 0 {
+			return c.stopAtDeadline(ctx, key, st, cached, status)
+		}
+		c.statusQueue.AddAfter(key, left) // an earlier check of the same pod is kept
+	}
 	if err := c.writeStatus(ctx, p, status); err != nil {
 		return err
+	}
+	if stoppedByNode(st, cached) && c.notifier == nil && !stopped(status) {
+		c.statusQueue.AddAfter(key, c.pollInterval) // terminal pods are not polled
 	}
 	if st.notified != nil {
 		// Written: from now on GetPodStatus answers for the provider, so the

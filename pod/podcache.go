@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/apiwire"
 	"github.com/vkubelet/vkubelet/internal/podpack"
@@ -77,19 +78,29 @@ func (c *cachedPod) GetObjectMeta() metav1.Object { return c }
 // withStatus decodes the pod's status alone, about half the work of the whole
 // pod, and returns it in a pod with the cached metadata the status handler and
 // writeStatus read (namespace, name, UID, deletion timestamp) and, of the spec,
-// only its readiness gates.
+// only what a status check judges by: the readiness gates and the active
+// deadline.
 func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
 		ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp}}
 	if err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
 		var err error
 		apiwire.EachField(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) bool {
-			if num == specReadinessGatesField {
+			switch num {
+			case specReadinessGatesField:
 				var g corev1.PodReadinessGate
 				if err = g.Unmarshal(apiwire.Value(whole)); err != nil {
 					return false
 				}
 				p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, g)
+			case specActiveDeadlineField:
+				_, _, n := protowire.ConsumeTag(whole)
+				v, m := protowire.ConsumeVarint(whole[n:])
+				if m < 0 {
+					err = protowire.ParseError(m)
+					return false
+				}
+				p.Spec.ActiveDeadlineSeconds = ptr.To(int64(v))
 			}
 			return true
 		})
@@ -178,6 +189,7 @@ const (
 	podMetadataField        = 1
 	podSpecField            = 2
 	podStatusField          = 3
+	specActiveDeadlineField = 5
 	specReadinessGatesField = 28
 	metaLabelsField         = 11
 	metaAnnotsField         = 12

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/apiwire"
 )
@@ -145,12 +146,12 @@ func TestSpecHashFollowsSpecLabelsAndAnnotations(t *testing.T) {
 	}
 }
 
-// withStatus decodes the same status as the whole pod, with the cached metadata
-// and the readiness gates.
+// withStatus decodes the same status as the whole pod, with the cached metadata,
+// the readiness gates and the active deadline.
 func TestWithStatusIsThePodsStatus(t *testing.T) {
 	now := metav1.NewTime(time.Now().Truncate(time.Second)) // as encoded
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}, ActiveDeadlineSeconds: ptr.To[int64](600),
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/load-balancer"}, {ConditionType: "example.com/mesh"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", StartTime: &now,
 			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
@@ -164,7 +165,7 @@ func TestWithStatusIsThePodsStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := p.DeepCopy()
-	want.Spec = corev1.PodSpec{ReadinessGates: p.Spec.ReadinessGates}
+	want.Spec = corev1.PodSpec{ReadinessGates: p.Spec.ReadinessGates, ActiveDeadlineSeconds: p.Spec.ActiveDeadlineSeconds}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("withStatus = %+v\nwant %+v", got, want)
 	}

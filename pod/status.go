@@ -24,6 +24,12 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, gates
 		out.Phase = p.Phase
 	}
 	out.Reason, out.Message = p.Reason, p.Message
+	if isTerminal(&current) {
+		// The API refuses to take a pod out of a terminal phase, and what ended
+		// it (DeadlineExceeded, ProviderLost) stays what the pod says; only its
+		// containers' states still come from the provider as they stop.
+		out.Phase, out.Reason, out.Message = current.Phase, current.Reason, current.Message
+	}
 	if p.HostIP != "" {
 		out.HostIP, out.HostIPs = p.HostIP, p.HostIPs
 	}

@@ -231,6 +231,9 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 		}
 	})
 	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
+	if p.Spec.ActiveDeadlineSeconds != nil {
+		c.statusQueue.Add(key) // a shortened deadline is judged now, not at the old one
+	}
 	return nil
 }
 
@@ -345,17 +348,26 @@ func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) (err error) {
 	defer func() { endSpan(sync, err) }()
 	msg := "the provider no longer runs this pod and its restartPolicy Never forbids starting it again"
 	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderLost, msg)
-	status := &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonProviderLost, Message: msg}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Terminated == nil {
-			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 137, Reason: ReasonProviderLost, Message: msg,
-			}}
-			cs.Ready, cs.Started = false, ptr.To(false)
-		}
-		status.ContainerStatuses = append(status.ContainerStatuses, cs)
-	}
+	status := &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonProviderLost, Message: msg,
+		ContainerStatuses: terminatedAll(p.Status.ContainerStatuses, ReasonProviderLost, msg)}
 	return c.writeStatus(ctx, p, status)
+}
+
+// terminatedAll is cs with each container not known to have terminated shown
+// terminated for reason: the node knows it no longer runs but not how it ended,
+// so the exit code is 137, a kill's.
+func terminatedAll(cs []corev1.ContainerStatus, reason, msg string) []corev1.ContainerStatus {
+	out := make([]corev1.ContainerStatus, 0, len(cs))
+	for _, s := range cs {
+		if s.State.Terminated == nil {
+			s.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: reason, Message: msg,
+			}}
+			s.Ready, s.Started = false, ptr.To(false)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // deleteLastFromProvider stops, by deleteFromProvider, the pod last seen under a

@@ -373,8 +373,8 @@ func TestRestartMidBurstAndControllerDownLoseNothing(t *testing.T) {
 	}
 }
 
-// A pod past its activeDeadlineSeconds is ended by Slurm's time limit and fails
-// with DeadlineExceeded; a crash-looping container is restarted inside the job
+// A pod past its activeDeadlineSeconds is stopped (by the node at the deadline,
+// with Slurm's time limit as a backstop) and fails with DeadlineExceeded; a crash-looping container is restarted inside the job
 // with its restart count and previous logs; logs -f follows a running container.
 func TestDeadlineRestartsAndFollowedLogs(t *testing.T) {
 	t.Parallel() // mostly waiting for Slurm's minute-granular time limit
@@ -438,7 +438,7 @@ func TestDeadlineRestartsAndFollowedLogs(t *testing.T) {
 		t.Errorf("previous logs: %q, %v", prev, err)
 	}
 
-	// Slurm's limit is whole minutes: the 30 s deadline ends the job after one.
+	// The node stops the job at 30 s; Slurm's limit, in whole minutes, would after one.
 	testenv.Eventually(t, 150*time.Second, func() (bool, string) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, "deadline", metav1.GetOptions{})
 		if err != nil {

@@ -1,0 +1,75 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ReasonDeadlineExceeded is the reason, in its status and its Event, of a pod
+// stopped for running longer than its spec.activeDeadlineSeconds (the kubelet's).
+const ReasonDeadlineExceeded = "DeadlineExceeded"
+
+// deadlineLeft is how long pod p may still run under its
+// spec.activeDeadlineSeconds, counted as the kubelet counts it from the pod's
+// status.startTime; fromProvider's start time stands in until the API has one.
+// ok is false when no deadline applies: none set, no start time yet, or the pod
+// finished.
+func deadlineLeft(p *corev1.Pod, fromProvider *corev1.PodStatus, now time.Time) (left time.Duration, ok bool) {
+	ads := p.Spec.ActiveDeadlineSeconds
+	if ads == nil || isTerminal(&p.Status) || isTerminal(fromProvider) {
+		return 0, false
+	}
+	start := p.Status.StartTime
+	if start == nil {
+		start = fromProvider.StartTime
+	}
+	if start == nil {
+		return 0, false
+	}
+	return start.Add(time.Duration(*ads) * time.Second).Sub(now), true
+}
+
+// stopAtDeadline ends a pod that has run past its active deadline, as the
+// kubelet does: a Warning Event, the pod Failed with reason DeadlineExceeded, and
+// the provider asked to stop it within its grace period. The pod stays in the
+// API, terminal; the provider's reports of its containers stopping are still
+// merged into its status (statusHandler), and it is never started again.
+//
+// The provider is asked first: if it cannot be reached, nothing is written and
+// the check is retried, so the API never shows a pod Failed that still runs
+// with nobody stopping it.
+func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState, cached *cachedPod, fromProvider *corev1.PodStatus) (err error) {
+	ctx, span := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "activeDeadline")))
+	defer func() { endSpan(span, err) }()
+	p, err := cached.pod()
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("Pod ran for longer than its activeDeadlineSeconds (%ds) allow", ptr.Deref(p.Spec.ActiveDeadlineSeconds, 0))
+	if st.deleteRequested != p.UID {
+		// Once: a check before the cache shows the pod Failed only writes again.
+		if err := c.deleteFromProvider(ctx, p); err != nil {
+			return err
+		}
+		c.state.updateIfExists(key, func(s *podState) { s.deleteRequested = p.UID })
+		c.recorder.Event(p, corev1.EventTypeWarning, ReasonDeadlineExceeded, msg)
+		c.log.Info("pod stopped at its active deadline", "pod", key)
+	}
+	status := fromProvider.DeepCopy()
+	status.Phase, status.Reason, status.Message = corev1.PodFailed, ReasonDeadlineExceeded, msg
+	return c.writeStatus(ctx, p, status)
+}
+
+// stoppedByNode reports whether the pod behind cached is one the node ended
+// itself while the provider still had it (stopAtDeadline): its status is still
+// checked, for its containers' last states, though it is terminal.
+func stoppedByNode(st podState, cached *cachedPod) bool {
+	return cached.terminal && st.providerUID == cached.UID && st.deleteRequested == cached.UID && cached.DeletionTimestamp == nil
+}

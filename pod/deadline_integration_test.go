@@ -1,0 +1,77 @@
+package pod_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/pod"
+	"github.com/vkubelet/vkubelet/providers/mock"
+)
+
+// A pod that runs past its activeDeadlineSeconds is stopped and Failed with
+// reason DeadlineExceeded, as on a kubelet, whatever the provider does with
+// deadlines: the provider is asked to stop it once, it is not started again,
+// and its containers end up terminated.
+func TestAPodIsStoppedAtItsActiveDeadline(t *testing.T) {
+	prov := newMock(t, "")
+	c, node := startController(t, prov)
+	ns := testenv.Namespace(t)
+	p := createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "deadline"},
+		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool), ActiveDeadlineSeconds: ptr.To[int64](3),
+			Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}})
+	waitRunning(t, c, ns, "deadline")
+	waitDeadlineExceeded(t, c, prov, ns, "deadline", p.UID)
+}
+
+// A deadline set on a running pod, here one it has already passed, is judged
+// when the change comes, not at some later check.
+func TestAShortenedDeadlineIsJudgedAtOnce(t *testing.T) {
+	prov := newMock(t, "")
+	c, node := startController(t, prov)
+	ns := testenv.Namespace(t)
+	p := createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "later"},
+		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}})
+	waitRunning(t, c, ns, "later")
+	time.Sleep(2 * time.Second) // the pod has run for longer than the deadline it gets
+	if _, err := c.CoreV1().Pods(ns).Patch(context.Background(), "later", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"activeDeadlineSeconds":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDeadlineExceeded(t, c, prov, ns, "later", p.UID)
+}
+
+func waitDeadlineExceeded(t *testing.T, c kubernetes.Interface, prov *mock.Provider, ns, name string, uid types.UID) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		p := getPod(t, c, ns, name)
+		terminated := len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Terminated != nil
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == pod.ReasonDeadlineExceeded && terminated,
+			fmt.Sprintf("pod is %s (%s: %s), containers %+v; want Failed (DeadlineExceeded), its container terminated",
+				p.Status.Phase, p.Status.Reason, p.Status.Message, p.Status.ContainerStatuses)
+	})
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		events, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + name + ",reason=" + pod.ReasonDeadlineExceeded})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(events.Items) == 1 && events.Items[0].Type == corev1.EventTypeWarning,
+			fmt.Sprintf("%d DeadlineExceeded Events, want one Warning", len(events.Items))
+	})
+	time.Sleep(2 * time.Second) // the pod would have been started again by now
+	if n, m := prov.CreateCount(uid), prov.DeleteCalls(uid); n != 1 || m != 1 {
+		t.Errorf("provider created the pod %d times and was asked to stop it %d times; want once each", n, m)
+	}
+	if p := getPod(t, c, ns, name); p.Status.Phase != corev1.PodFailed {
+		t.Errorf("pod went on to %s", p.Status.Phase)
+	}
+}

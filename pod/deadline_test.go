@@ -1,0 +1,105 @@
+package pod
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestTheActiveDeadlineCountsFromTheStartTime(t *testing.T) {
+	now := t0.Add(90 * time.Second)
+	withDeadline := func(ads *int64, start *metav1.Time, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{ActiveDeadlineSeconds: ads}, Status: corev1.PodStatus{Phase: phase, StartTime: start}}
+	}
+	running := &corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &t1}
+	cases := []struct {
+		name         string
+		pod          *corev1.Pod
+		fromProvider *corev1.PodStatus
+		left         time.Duration
+		ok           bool
+	}{
+		{"no deadline", withDeadline(nil, &t0, corev1.PodRunning), running, 0, false},
+		{"from the API's start time", withDeadline(ptr.To[int64](120), &t0, corev1.PodRunning), running, 30 * time.Second, true},
+		{"passed", withDeadline(ptr.To[int64](60), &t0, corev1.PodRunning), running, -30 * time.Second, true},
+		{"the provider's start time before the API has one", withDeadline(ptr.To[int64](60), nil, corev1.PodPending),
+			&corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &t0}, -30 * time.Second, true},
+		{"no start time anywhere", withDeadline(ptr.To[int64](60), nil, corev1.PodPending), &corev1.PodStatus{Phase: corev1.PodPending}, 0, false},
+		{"finished in the API", withDeadline(ptr.To[int64](60), &t0, corev1.PodSucceeded), running, 0, false},
+		{"finished in the provider", withDeadline(ptr.To[int64](60), &t0, corev1.PodRunning), &corev1.PodStatus{Phase: corev1.PodSucceeded}, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			left, ok := deadlineLeft(tc.pod, tc.fromProvider, now)
+			if left != tc.left || ok != tc.ok {
+				t.Errorf("deadlineLeft = %v, %v; want %v, %v", left, ok, tc.left, tc.ok)
+			}
+		})
+	}
+}
+
+// A pod the node ended keeps its phase and reason while its containers' last
+// states still come from the provider.
+func TestATerminalPodKeepsWhatEndedIt(t *testing.T) {
+	api := corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded, Message: "ran too long",
+		ContainerStatuses: []corev1.ContainerStatus{running("app", t0, 0)}}
+	exited := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, StartedAt: t0, FinishedAt: t1}}}
+	got := mergeStatus(api, &corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{exited}}, nil)
+	if got.Phase != corev1.PodFailed || got.Reason != ReasonDeadlineExceeded || got.Message != "ran too long" {
+		t.Errorf("phase %s, reason %q, message %q; want the API's", got.Phase, got.Reason, got.Message)
+	}
+	if term := got.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 143 {
+		t.Errorf("container state %+v, want the provider's exit 143", got.ContainerStatuses[0].State)
+	}
+}
+
+// A pod stopped at its deadline that the provider then forgets is not started
+// again, and its containers are shown terminated for the deadline.
+func TestAPodStoppedAtItsDeadlineAndForgottenStaysFailed(t *testing.T) {
+	p := newPod("a")
+	p.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+	f := newFixture(t, p)
+	f.start()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	started := metav1.NewTime(f.clock.Now().Add(-2 * time.Minute)) // past the deadline
+	f.provider.mu.Lock()
+	f.provider.pods["ns/a"].Status.StartTime = &started
+	f.provider.mu.Unlock()
+
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.provider.callList(); len(got) != 2 || got[1] != "DeletePod ns/a" {
+		t.Fatalf("provider calls = %v, want CreatePod then DeletePod", got)
+	}
+	if ev := <-f.recorder.Events; !strings.HasPrefix(ev, "Warning "+ReasonDeadlineExceeded) {
+		t.Errorf("Event %q, want a Warning %s", ev, ReasonDeadlineExceeded)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == ReasonDeadlineExceeded
+	})
+
+	f.provider.mu.Lock()
+	delete(f.provider.pods, "ns/a")
+	f.provider.mu.Unlock()
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return p.Status.Phase == corev1.PodFailed && len(cs) == 1 && cs[0].State.Terminated != nil &&
+			cs[0].State.Terminated.Reason == ReasonDeadlineExceeded
+	})
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.provider.callList(); len(got) != 2 {
+		t.Errorf("provider calls after the provider forgot the pod = %v; want none more", got)
+	}
+}
