@@ -72,7 +72,7 @@ func benchmarkStatusPatch(b *testing.B, patchOf func(types.UID, *corev1.PodStatu
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		desired := mergeStatus(p.Status, running, nil)
+		desired := mergeStatus(p.Status, running, statusSpec{})
 		patch, err := patchOf(p.UID, &p.Status, &desired)
 		if err != nil || patch == nil {
 			b.Fatal(err)
@@ -89,7 +89,7 @@ func BenchmarkStatusUnchanged(b *testing.B) {
 	same := p.Status.DeepCopy()
 	b.ReportAllocs()
 	for b.Loop() {
-		desired := mergeStatus(p.Status, same, nil)
+		desired := mergeStatus(p.Status, same, statusSpec{})
 		if patch, _ := statusPatch(p.UID, &p.Status, &desired); patch != nil {
 			b.Fatal("patch for an unchanged status")
 		}

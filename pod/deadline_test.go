@@ -48,7 +48,7 @@ func TestATerminalPodKeepsWhatEndedIt(t *testing.T) {
 	api := corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded, Message: "ran too long",
 		ContainerStatuses: []corev1.ContainerStatus{running("app", t0, 0)}}
 	exited := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, StartedAt: t0, FinishedAt: t1}}}
-	got := mergeStatus(api, &corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{exited}}, nil)
+	got := mergeStatus(api, &corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{exited}}, statusSpec{})
 	if got.Phase != corev1.PodFailed || got.Reason != ReasonDeadlineExceeded || got.Message != "ran too long" {
 		t.Errorf("phase %s, reason %q, message %q; want the API's", got.Phase, got.Reason, got.Message)
 	}

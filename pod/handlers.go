@@ -55,6 +55,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
+	if st.lastPod != nil && st.lastPod != cached {
+		// A newer spec may not have reached the provider yet: the status
+		// observes the generation the provider was given.
+		if gen, err := st.lastPod.generation(); err == nil {
+			p.Generation = gen
+		}
+	}
 	ctx, span := c.startSpan(continuedFrom(ctx, st.startTrace), spanStatus, key)
 	defer func() { endSpan(span, err) }()
 	if st.startTrace != nil {
@@ -115,7 +122,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 // writeStatus patches the status subresource of p with what the provider reports,
 // if that changes anything.
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus) error {
-	desired := mergeStatus(p.Status, fromProvider, p.Spec.ReadinessGates)
+	desired := mergeStatus(p.Status, fromProvider, specOf(p))
 	patch, err := statusPatch(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err

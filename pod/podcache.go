@@ -77,14 +77,17 @@ func (c *cachedPod) GetObjectMeta() metav1.Object { return c }
 
 // withStatus decodes the pod's status alone, about half the work of the whole
 // pod, and returns it in a pod with the cached metadata the status handler and
-// writeStatus read (namespace, name, UID, deletion timestamp) and, of the spec,
-// only what a status check judges by: the readiness gates and the active
-// deadline.
+// writeStatus read (namespace, name, UID, deletion timestamp), its generation,
+// and of the spec only what a status check judges by: the readiness gates and
+// the active deadline.
 func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
 		ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp}}
 	if err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
 		var err error
+		if p.Generation, err = generationIn(raw); err != nil {
+			return err
+		}
 		apiwire.EachField(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) bool {
 			switch num {
 			case specReadinessGatesField:
@@ -94,15 +97,11 @@ func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 				}
 				p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, g)
 			case specActiveDeadlineField:
-				_, _, n := protowire.ConsumeTag(whole)
-				v, m := protowire.ConsumeVarint(whole[n:])
-				if m < 0 {
-					err = protowire.ParseError(m)
-					return false
-				}
-				p.Spec.ActiveDeadlineSeconds = ptr.To(int64(v))
+				var v int64
+				v, err = varintValue(whole)
+				p.Spec.ActiveDeadlineSeconds = ptr.To(v)
 			}
-			return true
+			return err == nil
 		})
 		if err != nil {
 			return err
@@ -112,6 +111,41 @@ func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 		return nil, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return p, nil
+}
+
+// generation is the pod's metadata.generation.
+func (c *cachedPod) generation() (int64, error) {
+	var gen int64
+	err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) (err error) {
+		gen, err = generationIn(raw)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return gen, nil
+}
+
+// generationIn is the metadata.generation of the encoded pod raw.
+func generationIn(raw []byte) (gen int64, err error) {
+	apiwire.EachField(apiwire.Field(raw, podMetadataField), func(num protowire.Number, whole []byte) bool {
+		if num == metaGenerationField {
+			gen, err = varintValue(whole)
+			return false
+		}
+		return true
+	})
+	return gen, err
+}
+
+// varintValue is the value of a varint field given whole (tag included).
+func varintValue(whole []byte) (int64, error) {
+	_, _, n := protowire.ConsumeTag(whole)
+	v, m := protowire.ConsumeVarint(whole[n:])
+	if m < 0 {
+		return 0, protowire.ParseError(m)
+	}
+	return int64(v), nil
 }
 
 // GetObjectKind implements runtime.Object; a cachedPod is never serialized.
@@ -189,6 +223,7 @@ const (
 	podMetadataField        = 1
 	podSpecField            = 2
 	podStatusField          = 3
+	metaGenerationField     = 7
 	specActiveDeadlineField = 5
 	specReadinessGatesField = 28
 	metaLabelsField         = 11

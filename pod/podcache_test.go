@@ -147,10 +147,10 @@ func TestSpecHashFollowsSpecLabelsAndAnnotations(t *testing.T) {
 }
 
 // withStatus decodes the same status as the whole pod, with the cached metadata,
-// the readiness gates and the active deadline.
+// the generation, the readiness gates and the active deadline.
 func TestWithStatusIsThePodsStatus(t *testing.T) {
 	now := metav1.NewTime(time.Now().Truncate(time.Second)) // as encoded
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now},
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now, Generation: 3},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}, ActiveDeadlineSeconds: ptr.To[int64](600),
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/load-balancer"}, {ConditionType: "example.com/mesh"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", StartTime: &now,

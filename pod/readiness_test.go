@@ -47,7 +47,7 @@ func TestReadinessGatesHoldReadyBackUntilTheyAreTrue(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := mergeStatus(corev1.PodStatus{Conditions: tc.api}, readyFromProvider(tc.provider), gates)
+			got := mergeStatus(corev1.PodStatus{Conditions: tc.api}, readyFromProvider(tc.provider), statusSpec{gates: gates})
 			ready := condition(got, corev1.PodReady)
 			if ready.Status != tc.want || ready.Reason != tc.wantReason || !strings.Contains(ready.Message, tc.inMessage) {
 				t.Errorf("Ready %s (%q: %q), want %s (%q, message with %q)", ready.Status, ready.Reason, ready.Message, tc.want, tc.wantReason, tc.inMessage)
@@ -65,12 +65,12 @@ func TestReadinessGatesHoldReadyBackUntilTheyAreTrue(t *testing.T) {
 func TestEveryGateMustBeTrue(t *testing.T) {
 	gates := []corev1.PodReadinessGate{{ConditionType: lbGate}, {ConditionType: "example.com/mesh"}}
 	api := []corev1.PodCondition{{Type: lbGate, Status: corev1.ConditionTrue}, {Type: "example.com/mesh", Status: corev1.ConditionUnknown}}
-	ready := condition(mergeStatus(corev1.PodStatus{Conditions: api}, readyFromProvider(corev1.ConditionTrue), gates), corev1.PodReady)
+	ready := condition(mergeStatus(corev1.PodStatus{Conditions: api}, readyFromProvider(corev1.ConditionTrue), statusSpec{gates: gates}), corev1.PodReady)
 	if ready.Status != corev1.ConditionFalse || !strings.Contains(ready.Message, `"example.com/mesh" is Unknown`) || strings.Contains(ready.Message, string(lbGate)) {
 		t.Errorf("Ready %s: %q; want False, naming the mesh gate only", ready.Status, ready.Message)
 	}
 	api[1].Status = corev1.ConditionTrue
-	if ready := condition(mergeStatus(corev1.PodStatus{Conditions: api}, readyFromProvider(corev1.ConditionTrue), gates), corev1.PodReady); ready.Status != corev1.ConditionTrue {
+	if ready := condition(mergeStatus(corev1.PodStatus{Conditions: api}, readyFromProvider(corev1.ConditionTrue), statusSpec{gates: gates}), corev1.PodReady); ready.Status != corev1.ConditionTrue {
 		t.Errorf("Ready %s: %q with every gate True", ready.Status, ready.Message)
 	}
 }
@@ -79,8 +79,8 @@ func TestEveryGateMustBeTrue(t *testing.T) {
 // a second check of a gated pod writes nothing.
 func TestAGatedPodsStatusIsStable(t *testing.T) {
 	gates := []corev1.PodReadinessGate{{ConditionType: lbGate}}
-	first := mergeStatus(corev1.PodStatus{}, readyFromProvider(corev1.ConditionTrue), gates)
-	again := mergeStatus(first, readyFromProvider(corev1.ConditionTrue), gates)
+	first := mergeStatus(corev1.PodStatus{}, readyFromProvider(corev1.ConditionTrue), statusSpec{gates: gates})
+	again := mergeStatus(first, readyFromProvider(corev1.ConditionTrue), statusSpec{gates: gates})
 	if patch, err := statusPatch("uid", &first, &again); err != nil || patch != nil {
 		t.Errorf("second check patches %s (%v); want nothing", patch, err)
 	}

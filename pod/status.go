@@ -15,10 +15,17 @@ import (
 // did not change keeps its transition time. Restart counts never go back and a
 // pod's start time, once set, stays (see withRestartHistory). Everything else (qosClass, resize
 // status, …) is kept from the API pod. The provider's Ready condition is held back
-// while one of the pod's readiness gates (gates, from its spec) is not True
-// (gatedReady).
-func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, gates []corev1.PodReadinessGate) corev1.PodStatus {
+// while one of the pod's readiness gates is not True (gatedReady).
+//
+// The status, and each condition the provider reports, observe the generation
+// of the pod the node works from (observedGeneration, as the kubelet sets it);
+// a provider that says which generation a condition observed is taken at its
+// word. With no generation known the API's observedGeneration stays.
+func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) corev1.PodStatus {
 	out := *current.DeepCopy()
+	if of.generation > 0 {
+		out.ObservedGeneration = of.generation
+	}
 	p := fromProvider
 	if p.Phase != "" {
 		out.Phase = p.Phase
@@ -54,16 +61,36 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, gates
 	out.Conditions = slices.Grow(out.Conditions, len(p.Conditions))
 	var ready *corev1.PodCondition
 	for i, c := range p.Conditions {
-		if c.Type == corev1.PodReady && len(gates) > 0 {
+		if c.Type == corev1.PodReady && len(of.gates) > 0 {
 			ready = &p.Conditions[i] // judged once every other condition is in
 			continue
 		}
-		out.Conditions = upsertCondition(out.Conditions, c)
+		out.Conditions = upsertCondition(out.Conditions, of.observed(c))
 	}
 	if ready != nil {
-		out.Conditions = upsertCondition(out.Conditions, gatedReady(*ready, gates, out.Conditions))
+		out.Conditions = upsertCondition(out.Conditions, of.observed(gatedReady(*ready, of.gates, out.Conditions)))
 	}
 	return out
+}
+
+// statusSpec is what of a pod's spec and metadata a status merge judges by.
+type statusSpec struct {
+	gates      []corev1.PodReadinessGate // spec.readinessGates
+	generation int64                     // metadata.generation of the pod the node works from; 0 if unknown
+}
+
+// specOf is the statusSpec of p.
+func specOf(p *corev1.Pod) statusSpec {
+	return statusSpec{gates: p.Spec.ReadinessGates, generation: p.Generation}
+}
+
+// observed is condition c, from the provider, observing the generation the
+// status is written for unless it says which it observed.
+func (s statusSpec) observed(c corev1.PodCondition) corev1.PodCondition {
+	if c.ObservedGeneration == 0 {
+		c.ObservedGeneration = s.generation
+	}
+	return c
 }
 
 func upsertCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.PodCondition {

@@ -25,7 +25,7 @@ func TestAPodStartedAgainByAProviderThatLostItCountsARestart(t *testing.T) {
 	fromProvider := &corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &t1,
 		ContainerStatuses: []corev1.ContainerStatus{running("app", metav1.NewTime(t1.Add(1500*time.Millisecond)), 0)}}
 
-	got := mergeStatus(api, fromProvider, nil)
+	got := mergeStatus(api, fromProvider, statusSpec{})
 	if !got.StartTime.Equal(&t0) {
 		t.Errorf("startTime %v, want the first one %v", got.StartTime, t0)
 	}
@@ -44,7 +44,7 @@ func TestAPodStartedAgainByAProviderThatLostItCountsARestart(t *testing.T) {
 	// The same instance reported again (the API keeps seconds only): nothing more.
 	written := got
 	written.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(t1.Add(time.Second))
-	again := mergeStatus(written, fromProvider, nil)
+	again := mergeStatus(written, fromProvider, statusSpec{})
 	if n := again.ContainerStatuses[0].RestartCount; n != 1 {
 		t.Errorf("restartCount after the same report: %d, want 1", n)
 	}
@@ -58,7 +58,7 @@ func TestAProviderThatCountsItsRestartsIsTakenAsItIs(t *testing.T) {
 	exited := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, StartedAt: t0, FinishedAt: t1}}
 	pc := running("app", t1, 3)
 	pc.LastTerminationState = exited
-	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{pc}}, nil)
+	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{pc}}, statusSpec{})
 	if cs := got.ContainerStatuses[0]; cs.RestartCount != 3 || cs.LastTerminationState.Terminated.ExitCode != 1 {
 		t.Errorf("got restartCount %d, lastState %+v; want the provider's 3 and exit code 1", cs.RestartCount, cs.LastTerminationState)
 	}
@@ -67,7 +67,7 @@ func TestAProviderThatCountsItsRestartsIsTakenAsItIs(t *testing.T) {
 func TestARestartCountNeverGoesBack(t *testing.T) {
 	waiting := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
 	api := corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t0, 4)}}
-	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}}, nil)
+	got := mergeStatus(api, &corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}}, statusSpec{})
 	if cs := got.ContainerStatuses[0]; cs.RestartCount != 4 || cs.State.Waiting == nil {
 		t.Errorf("got restartCount %d, state %+v; want 4 and the provider's waiting state", cs.RestartCount, cs.State)
 	}
@@ -75,8 +75,77 @@ func TestARestartCountNeverGoesBack(t *testing.T) {
 
 func TestAFirstStatusTakesTheProvidersStartTimeAndCounts(t *testing.T) {
 	got := mergeStatus(corev1.PodStatus{Phase: corev1.PodPending}, &corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &t1,
-		ContainerStatuses: []corev1.ContainerStatus{running("app", t1, 0)}}, nil)
+		ContainerStatuses: []corev1.ContainerStatus{running("app", t1, 0)}}, statusSpec{})
 	if !got.StartTime.Equal(&t1) || got.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("got startTime %v, restartCount %d; want %v and 0", got.StartTime, got.ContainerStatuses[0].RestartCount, t1)
 	}
+}
+
+func TestTheStatusObservesTheGenerationItIsWrittenFor(t *testing.T) {
+	api := corev1.PodStatus{ObservedGeneration: 1, Conditions: []corev1.PodCondition{
+		{Type: "example.com/gate", Status: corev1.ConditionTrue, ObservedGeneration: 1}, // another writer's
+	}}
+	fromProvider := &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		{Type: "example.com/Provisioned", Status: corev1.ConditionTrue, ObservedGeneration: 1}, // says what it observed
+	}}
+	got := mergeStatus(api, fromProvider, statusSpec{generation: 2})
+	if got.ObservedGeneration != 2 {
+		t.Errorf("status.observedGeneration %d, want 2", got.ObservedGeneration)
+	}
+	want := map[corev1.PodConditionType]int64{"example.com/gate": 1, corev1.PodReady: 2, "example.com/Provisioned": 1}
+	for _, c := range got.Conditions {
+		if c.ObservedGeneration != want[c.Type] {
+			t.Errorf("condition %s observes generation %d, want %d", c.Type, c.ObservedGeneration, want[c.Type])
+		}
+	}
+	if fromProvider.Conditions[0].ObservedGeneration != 0 {
+		t.Error("the provider's status was changed")
+	}
+	// Generation unknown: the API's observedGeneration stays (a patch to 0
+	// would be ignored by the API server anyway).
+	if got := mergeStatus(api, fromProvider, statusSpec{}); got.ObservedGeneration != 1 {
+		t.Errorf("with no generation known, status.observedGeneration %d, want the API's 1", got.ObservedGeneration)
+	}
+}
+
+// A spec change handed to the provider is followed by a status check, so the
+// status observes the new generation even when the provider reports nothing new.
+func TestAnUpdateHandedToTheProviderIsFollowedByAStatusCheck(t *testing.T) {
+	p := newPod("a")
+	p.Generation = 1
+	f := newFixture(t, p)
+	f.start()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Tolerations = []corev1.Toleration{{Key: "example.com/maintenance", Operator: corev1.TolerationOpExists}}
+	p.Generation = 2 // as the API server counts it; the fake does not
+	if _, err := f.client.CoreV1().Pods("ns").Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Generation == 2 })
+	for f.c.statusQueue.Len() > 0 {
+		k, _ := f.c.statusQueue.Get()
+		f.c.statusQueue.Done(k)
+	}
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.provider.callList(); len(got) != 2 || got[1] != "UpdatePod ns/a" {
+		t.Fatalf("provider calls = %v, want CreatePod, UpdatePod", got)
+	}
+	if n := f.c.statusQueue.Len(); n != 1 {
+		t.Fatalf("%d status checks queued after UpdatePod, want 1", n)
+	}
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool {
+		return p.Status.ObservedGeneration == 2 && p.Status.Conditions[0].ObservedGeneration == 2
+	})
 }

@@ -231,9 +231,9 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 		}
 	})
 	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
-	if p.Spec.ActiveDeadlineSeconds != nil {
-		c.statusQueue.Add(key) // a shortened deadline is judged now, not at the old one
-	}
+	// The status now observes the new generation, and a shortened deadline is
+	// judged now, not at the old one.
+	c.statusQueue.Add(key)
 	return nil
 }
 

@@ -224,10 +224,16 @@ func (m *mapper) sourcePod(t *corev1.Pod, last *corev1.Pod) *corev1.Pod {
 }
 
 // sourceStatus maps the status of target pod t back: everything but hostIP, which
-// is the virtual node's address when known.
+// is the virtual node's address when known, and the generations observed, which
+// count the target pod's changes, not the source pod's (the node agent writes
+// the source pod's own).
 func (m *mapper) sourceStatus(t *corev1.Pod) *corev1.PodStatus {
 	s := t.Status.DeepCopy()
 	s.NominatedNodeName = ""
+	s.ObservedGeneration = 0
+	for i := range s.Conditions {
+		s.Conditions[i].ObservedGeneration = 0
+	}
 	if s.Phase == "" {
 		s.Phase = corev1.PodPending
 	}

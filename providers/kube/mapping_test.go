@@ -250,8 +250,8 @@ func TestTranslateCopiesVolumesAndEnv(t *testing.T) {
 func TestSourceStatusReportsTheVirtualNodeAsHost(t *testing.T) {
 	m := newMapper(Config{ClusterID: "east"}, "vk", "10.1.2.3")
 	tp := m.targetPod(sourcePod())
-	tp.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.5", HostIP: "192.168.0.9",
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	tp.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.5", HostIP: "192.168.0.9", ObservedGeneration: 4,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, ObservedGeneration: 4}}}
 	sp := m.sourcePod(tp, nil)
 	if sp.Namespace != "shop" || sp.Name != "web-1" || sp.UID != "uid-1" {
 		t.Errorf("source pod %s/%s %s", sp.Namespace, sp.Name, sp.UID)
@@ -261,6 +261,10 @@ func TestSourceStatusReportsTheVirtualNodeAsHost(t *testing.T) {
 	}
 	if _, ok := sp.Labels[LabelOffloadedBy]; ok {
 		t.Error("our label leaks into the source pod")
+	}
+	if sp.Status.ObservedGeneration != 0 || sp.Status.Conditions[0].ObservedGeneration != 0 {
+		t.Errorf("the target's generations leak into the source pod's status: %d, %d",
+			sp.Status.ObservedGeneration, sp.Status.Conditions[0].ObservedGeneration)
 	}
 }
 
