@@ -95,6 +95,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			return fmt.Errorf("GetPodStatus %s: %w", key, err)
 		}
 	}
+	if lacksDerivedConditions(status) {
+		of, err := cached.containers()
+		if err != nil {
+			return err
+		}
+		status = withDerivedConditions(status, of, metav1.NewTime(c.clock.Now()))
+	}
 	if left, ok := deadlineLeft(p, status, c.clock.Now()); ok {
 		if left <= 0 {
 			return c.stopAtDeadline(ctx, key, st, cached, status)

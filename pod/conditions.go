@@ -1,0 +1,160 @@
+package pod
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vkubelet/vkubelet/internal/apiwire"
+	"github.com/vkubelet/vkubelet/internal/podpack"
+)
+
+// Reasons of the conditions the node fills in, the kubelet's.
+const (
+	reasonContainersNotReady       = "ContainersNotReady"
+	reasonContainersNotInitialized = "ContainersNotInitialized"
+	reasonPodCompleted             = "PodCompleted"
+)
+
+// derivedConditions are the conditions the kubelet works out from a pod's
+// container statuses; a provider that leaves one out gets it filled in
+// (withDerivedConditions), so that `kubectl wait --for=condition=Ready`,
+// Services and rollouts work with a provider that only reports its containers.
+var derivedConditions = []corev1.PodConditionType{corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady}
+
+// lacksDerivedConditions reports whether s leaves out one of derivedConditions.
+func lacksDerivedConditions(s *corev1.PodStatus) bool {
+	for _, t := range derivedConditions {
+		if findCondition(s.Conditions, t) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// podContainers are the names of a pod's containers, as a status judges them.
+type podContainers struct {
+	app, init []string
+	sidecars  map[string]bool // init containers that keep running (restartPolicy Always)
+}
+
+// withDerivedConditions returns s with each of derivedConditions it lacks
+// worked out from its container statuses as the kubelet works them out:
+// Initialized once every init container has succeeded (a sidecar once it has
+// started), ContainersReady and Ready once every app container and sidecar is
+// ready, neither once the pod has finished. s itself is not changed.
+func withDerivedConditions(s *corev1.PodStatus, of podContainers, now metav1.Time) *corev1.PodStatus {
+	out := s.DeepCopy()
+	if findCondition(out.Conditions, corev1.PodInitialized) == nil {
+		out.Conditions = append(out.Conditions, initializedCondition(out, of, now))
+	}
+	ready := readyCondition(out, of, now)
+	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		if findCondition(out.Conditions, t) == nil {
+			c := ready
+			c.Type = t
+			out.Conditions = append(out.Conditions, c)
+		}
+	}
+	return out
+}
+
+func initializedCondition(s *corev1.PodStatus, of podContainers, now metav1.Time) corev1.PodCondition {
+	c := corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now}
+	if s.Phase == corev1.PodRunning || s.Phase == corev1.PodSucceeded {
+		return c // the app containers ran: initialisation is over
+	}
+	var incomplete []string
+	for _, name := range of.init {
+		cs := containerStatus(s.InitContainerStatuses, name)
+		done := cs != nil && (of.sidecars[name] && (cs.State.Running != nil && ptrTrue(cs.Started)) ||
+			cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0)
+		if !done {
+			incomplete = append(incomplete, name)
+		}
+	}
+	if len(incomplete) > 0 {
+		c.Status, c.Reason = corev1.ConditionFalse, reasonContainersNotInitialized
+		c.Message = "init containers not done: " + strings.Join(incomplete, ", ")
+	}
+	return c
+}
+
+// readyCondition is ContainersReady as worked out from s (Ready is the same
+// before its readiness gates, which mergeStatus applies).
+func readyCondition(s *corev1.PodStatus, of podContainers, now metav1.Time) corev1.PodCondition {
+	c := corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}
+	if isTerminal(s) {
+		c.Status, c.Reason = corev1.ConditionFalse, reasonPodCompleted
+		return c
+	}
+	var unready []string
+	for _, name := range of.init {
+		if cs := containerStatus(s.InitContainerStatuses, name); of.sidecars[name] && (cs == nil || !cs.Ready) {
+			unready = append(unready, name)
+		}
+	}
+	for _, name := range of.app {
+		if cs := containerStatus(s.ContainerStatuses, name); cs == nil || !cs.Ready {
+			unready = append(unready, name)
+		}
+	}
+	if len(unready) > 0 || len(of.app) == 0 {
+		c.Status, c.Reason = corev1.ConditionFalse, reasonContainersNotReady
+		c.Message = "containers not ready: " + strings.Join(unready, ", ")
+	}
+	return c
+}
+
+func containerStatus(cs []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	i := slices.IndexFunc(cs, func(s corev1.ContainerStatus) bool { return s.Name == name })
+	if i < 0 {
+		return nil
+	}
+	return &cs[i]
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
+
+// containers reads the names of the pod's app and init containers, and which
+// init containers are sidecars, from its encoding.
+func (c *cachedPod) containers() (podContainers, error) {
+	var of podContainers
+	err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
+		return walk(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) error {
+			if num != specContainersField && num != specInitContainersField {
+				return nil
+			}
+			ctr := apiwire.Value(whole)
+			name := string(apiwire.Field(ctr, containerNameField))
+			if num == specContainersField {
+				of.app = append(of.app, name)
+				return nil
+			}
+			of.init = append(of.init, name)
+			if corev1.ContainerRestartPolicy(apiwire.Field(ctr, containerRestartPolicyField)) == corev1.ContainerRestartPolicyAlways {
+				if of.sidecars == nil {
+					of.sidecars = map[string]bool{}
+				}
+				of.sidecars[name] = true
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return podContainers{}, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return of, nil
+}
+
+// Field numbers of PodSpec and Container (k8s.io/api's generated.proto).
+const (
+	specContainersField         = 2
+	specInitContainersField     = 20
+	containerNameField          = 1
+	containerRestartPolicyField = 24
+)
