@@ -57,8 +57,9 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	}
 	if st.lastPod != nil && st.lastPod != cached {
 		// A newer spec may not have reached the provider yet: the status
-		// observes the generation the provider was given.
-		if gen, err := st.lastPod.generation(); err == nil {
+		// observes the generation the provider was given (unknown, 0, for a
+		// pod found in the provider at start whose copy has none).
+		if gen, err := st.lastPod.generation(); err == nil && gen > 0 {
 			p.Generation = gen
 		}
 	}
