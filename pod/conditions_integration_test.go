@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/providers/mock"
@@ -39,10 +38,9 @@ func (p conditionless) NotifyPods(ctx context.Context, notify func(*corev1.Pod))
 func TestConditionsAreWorkedOutForAProviderThatReportsNone(t *testing.T) {
 	c, node := startController(t, conditionless{newMock(t, "")})
 	ns := testenv.Namespace(t)
-	createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare"},
-		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool),
-			InitContainers: []corev1.Container{{Name: "migrate", Image: "busybox"}},
-			Containers:     []corev1.Container{{Name: "app", Image: "busybox"}}}})
+	createPod(t, c, ns, node, appPod("bare", func(s *corev1.PodSpec) {
+		s.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox"}}
+	}))
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		p := getPod(t, c, ns, "bare")
 		var got []string

@@ -25,9 +25,7 @@ func TestAPodIsStoppedAtItsActiveDeadline(t *testing.T) {
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	ns := testenv.Namespace(t)
-	p := createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "deadline"},
-		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool), ActiveDeadlineSeconds: ptr.To[int64](3),
-			Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}})
+	p := createPod(t, c, ns, node, appPod("deadline", func(s *corev1.PodSpec) { s.ActiveDeadlineSeconds = ptr.To[int64](3) }))
 	waitRunning(t, c, ns, "deadline")
 	waitDeadlineExceeded(t, c, prov, ns, "deadline", p.UID)
 }
@@ -38,8 +36,7 @@ func TestAShortenedDeadlineIsJudgedAtOnce(t *testing.T) {
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	ns := testenv.Namespace(t)
-	p := createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "later"},
-		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}})
+	p := createPod(t, c, ns, node, appPod("later", nil))
 	waitRunning(t, c, ns, "later")
 	time.Sleep(2 * time.Second) // the pod has run for longer than the deadline it gets
 	if _, err := c.CoreV1().Pods(ns).Patch(context.Background(), "later", types.StrategicMergePatchType,

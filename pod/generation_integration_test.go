@@ -21,8 +21,7 @@ func TestTheStatusObservesThePodsGeneration(t *testing.T) {
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	ns := testenv.Namespace(t)
-	p := createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gen"},
-		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "app", Image: "busybox:1"}}}})
+	p := createPod(t, c, ns, node, appPod("gen", nil))
 	if p.Generation != 1 {
 		t.Fatalf("the API server gave the new pod generation %d, want 1", p.Generation)
 	}

@@ -106,6 +106,17 @@ func createPod(t *testing.T, c kubernetes.Interface, ns, node string, p *corev1.
 	return out
 }
 
+// appPod is a pod of one container, "app", that mounts no token, with edit
+// applied to its spec.
+func appPod(name string, edit func(*corev1.PodSpec)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool),
+		Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}
+	if edit != nil {
+		edit(&p.Spec)
+	}
+	return p
+}
+
 func getPod(t *testing.T, c kubernetes.Interface, ns, name string) *corev1.Pod {
 	t.Helper()
 	p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})

@@ -23,9 +23,9 @@ func TestAReadinessGateHoldsReadyBack(t *testing.T) {
 	c, node := startController(t, prov)
 	ns := testenv.Namespace(t)
 	const gate = "example.com/load-balancer"
-	createPod(t, c, ns, node, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gated"},
-		Spec: corev1.PodSpec{AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}})
+	createPod(t, c, ns, node, appPod("gated", func(s *corev1.PodSpec) {
+		s.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}
+	}))
 
 	waitReady := func(want corev1.ConditionStatus, reason string) {
 		t.Helper()
