@@ -20,13 +20,19 @@ import (
 // A pod that runs past its activeDeadlineSeconds is stopped and Failed with
 // reason DeadlineExceeded, as on a kubelet, whatever the provider does with
 // deadlines: the provider is asked to stop it once, it is not started again,
-// and its containers end up terminated.
+// it is not Ready, and its containers end up terminated.
 func TestAPodIsStoppedAtItsActiveDeadline(t *testing.T) {
-	prov := newMock(t, "")
+	// The pod's containers take 3 s to stop, and report ready meanwhile.
+	prov := newMockOf(t, mock.Config{StopDelay: mock.Duration{Duration: 3 * time.Second}}, "")
 	c, node := startController(t, prov)
 	ns := testenv.Namespace(t)
 	p := createPod(t, c, ns, node, appPod("deadline", func(s *corev1.PodSpec) { s.ActiveDeadlineSeconds = ptr.To[int64](3) }))
 	waitRunning(t, c, ns, "deadline")
+	// Failed is not Ready, from the first write that says Failed.
+	failed := testenv.WaitPod(t, ns, "deadline", "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if ready := podCondition(failed, corev1.PodReady); ready.Status != corev1.ConditionFalse || ready.Reason != "PodCompleted" {
+		t.Errorf("the pod Failed with Ready %s (%s)", ready.Status, ready.Reason)
+	}
 	waitDeadlineExceeded(t, c, prov, ns, "deadline", p.UID)
 }
 
@@ -51,9 +57,11 @@ func waitDeadlineExceeded(t *testing.T, c kubernetes.Interface, prov *mock.Provi
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		p := getPod(t, c, ns, name)
 		terminated := len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Terminated != nil
-		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == pod.ReasonDeadlineExceeded && terminated,
-			fmt.Sprintf("pod is %s (%s: %s), containers %+v; want Failed (DeadlineExceeded), its container terminated",
-				p.Status.Phase, p.Status.Reason, p.Status.Message, p.Status.ContainerStatuses)
+		ready := podCondition(p, corev1.PodReady)
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == pod.ReasonDeadlineExceeded && terminated &&
+				ready.Status == corev1.ConditionFalse,
+			fmt.Sprintf("pod is %s (%s: %s), Ready %s, containers %+v; want Failed (DeadlineExceeded), not Ready, its container terminated",
+				p.Status.Phase, p.Status.Reason, p.Status.Message, ready.Status, p.Status.ContainerStatuses)
 	})
 	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
 		events, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{

@@ -103,3 +103,29 @@ func TestAPodStoppedAtItsDeadlineAndForgottenStaysFailed(t *testing.T) {
 		t.Errorf("provider calls after the provider forgot the pod = %v; want none more", got)
 	}
 }
+
+// A finished pod is not Ready, whatever its provider last said, and saying so
+// again writes nothing.
+func TestAFinishedPodIsNotReady(t *testing.T) {
+	ready := func(t metav1.Time) []corev1.PodCondition {
+		return []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: t},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: t}}
+	}
+	api := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready(t0)}
+	fromProvider := &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready(t0)}
+	stopped := fromProvider.DeepCopy()
+	stopped.Phase, stopped.Reason = corev1.PodFailed, ReasonDeadlineExceeded
+	desired := mergeStatus(api, stopped, statusSpec{})
+	finishedNotReady(&api, &desired, t1)
+	for _, c := range desired.Conditions {
+		if c.Status != corev1.ConditionFalse || c.Reason != reasonPodCompleted || !c.LastTransitionTime.Equal(&t1) {
+			t.Errorf("%s = %+v; want False, %s, since %v", c.Type, c, reasonPodCompleted, t1)
+		}
+	}
+	// The provider still says ready while its containers stop.
+	again := mergeStatus(desired, fromProvider, statusSpec{})
+	finishedNotReady(&desired, &again, metav1.NewTime(t1.Add(time.Minute)))
+	if patch, err := statusPatch("uid", &desired, &again); err != nil || patch != nil {
+		t.Errorf("second check patches %s (%v); want nothing", patch, err)
+	}
+}

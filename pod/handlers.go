@@ -131,6 +131,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 // if that changes anything.
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus) error {
 	desired := mergeStatus(p.Status, fromProvider, specOf(p))
+	finishedNotReady(&p.Status, &desired, metav1.NewTime(c.clock.Now()))
 	patch, err := statusPatch(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err

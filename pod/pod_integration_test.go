@@ -75,7 +75,12 @@ func runController(t *testing.T, cfg pod.Config) {
 
 func newMock(t *testing.T, node string) *mock.Provider {
 	t.Helper()
-	p, err := mock.New(mock.Config{}, node, mock.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	return newMockOf(t, mock.Config{}, node)
+}
+
+func newMockOf(t *testing.T, cfg mock.Config, node string) *mock.Provider {
+	t.Helper()
+	p, err := mock.New(cfg, node, mock.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,27 @@ func (s statusSpec) observed(c corev1.PodCondition) corev1.PodCondition {
 	return c
 }
 
+// finishedNotReady makes a pod that has finished (desired's phase) not Ready nor
+// ContainersReady, with the kubelet's reason PodCompleted, whatever its provider
+// last said: a pod the node stopped at its deadline may report its containers
+// ready until they have stopped. The transition time is now, or current's if it
+// already said so.
+func finishedNotReady(current, desired *corev1.PodStatus, now metav1.Time) {
+	if !isTerminal(desired) {
+		return
+	}
+	for i := range desired.Conditions {
+		c := &desired.Conditions[i]
+		if (c.Type != corev1.PodReady && c.Type != corev1.ContainersReady) || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		c.Status, c.Reason, c.Message, c.LastTransitionTime = corev1.ConditionFalse, reasonPodCompleted, "", now
+		if was := findCondition(current.Conditions, c.Type); was != nil && was.Status == corev1.ConditionFalse && !was.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = was.LastTransitionTime
+		}
+	}
+}
+
 func upsertCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.PodCondition {
 	for i := range conds {
 		if conds[i].Type != c.Type {

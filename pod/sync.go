@@ -357,6 +357,9 @@ func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) (err error) {
 // terminated for reason: the node knows it no longer runs but not how it ended,
 // so the exit code is 137, a kill's.
 func terminatedAll(cs []corev1.ContainerStatus, reason, msg string) []corev1.ContainerStatus {
+	if len(cs) == 0 {
+		return nil // nothing reported: nothing to say of them
+	}
 	out := make([]corev1.ContainerStatus, 0, len(cs))
 	for _, s := range cs {
 		if s.State.Terminated == nil {
