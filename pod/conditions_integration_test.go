@@ -7,36 +7,39 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
-// conditionless is the mock reporting its pods' containers and no condition,
-// like a provider that only knows its containers.
-type conditionless struct{ *mock.Provider }
+// containersOnly is the mock reporting its pods' phase and containers, and no
+// condition nor start time, like a provider that only knows its containers.
+type containersOnly struct{ *mock.Provider }
 
-func (p conditionless) GetPodStatus(ctx context.Context, ns, name string) (*corev1.PodStatus, error) {
+func (p containersOnly) GetPodStatus(ctx context.Context, ns, name string) (*corev1.PodStatus, error) {
 	s, err := p.Provider.GetPodStatus(ctx, ns, name)
 	if s != nil {
 		s = s.DeepCopy()
-		s.Conditions = nil
+		s.Conditions, s.StartTime = nil, nil
 	}
 	return s, err
 }
 
-func (p conditionless) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
+func (p containersOnly) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	p.Provider.NotifyPods(ctx, func(pod *corev1.Pod) {
 		pod = pod.DeepCopy()
-		pod.Status.Conditions = nil
+		pod.Status.Conditions, pod.Status.StartTime = nil, nil
 		notify(pod)
 	})
 }
 
 // A provider that reports only its containers still gets the pod the
-// conditions the kubelet works out from them, so that waiting for Ready works.
-func TestConditionsAreWorkedOutForAProviderThatReportsNone(t *testing.T) {
-	c, node := startController(t, conditionless{newMock(t, "")})
+// conditions the kubelet works out from them, so that waiting for Ready works,
+// and a start time, from which an active deadline counts.
+func TestWhatAProviderLeavesOutIsWorkedOutAsTheKubeletDoes(t *testing.T) {
+	c, node := startController(t, containersOnly{newMock(t, "")})
 	ns := testenv.Namespace(t)
 	createPod(t, c, ns, node, appPod("bare", func(s *corev1.PodSpec) {
 		s.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox"}}
@@ -50,6 +53,11 @@ func TestConditionsAreWorkedOutForAProviderThatReportsNone(t *testing.T) {
 			ok = ok && cond.Status == corev1.ConditionTrue
 			got = append(got, fmt.Sprintf("%s=%s", t, cond.Status))
 		}
-		return ok, fmt.Sprintf("pod %s, %v; want Running with each True", p.Status.Phase, got)
+		return ok && p.Status.StartTime != nil, fmt.Sprintf("pod %s since %v, %v; want Running with each True and a start time",
+			p.Status.Phase, p.Status.StartTime, got)
+	})
+	createPod(t, c, ns, node, appPod("limited", func(s *corev1.PodSpec) { s.ActiveDeadlineSeconds = ptr.To[int64](2) }))
+	testenv.WaitPod(t, ns, "limited", "Failed (DeadlineExceeded)", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == pod.ReasonDeadlineExceeded
 	})
 }

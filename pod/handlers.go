@@ -103,6 +103,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		}
 		status = withDerivedConditions(status, of, metav1.NewTime(c.clock.Now()))
 	}
+	if status.StartTime == nil && p.Status.StartTime == nil {
+		// The kubelet's start time is when it took the pod on; for a provider
+		// that does not say, when the node first hears of the pod from it. Active
+		// deadlines count from it.
+		status = status.DeepCopy()
+		status.StartTime = ptr.To(metav1.NewTime(c.clock.Now()))
+	}
 	if left, ok := deadlineLeft(p, status, c.clock.Now()); ok {
 		if left <= 0 {
 			return c.stopAtDeadline(ctx, key, st, cached, status)
