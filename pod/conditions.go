@@ -2,12 +2,12 @@ package pod
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/apiwire"
 	"github.com/vkubelet/vkubelet/internal/podpack"
@@ -34,6 +34,31 @@ func lacksDerivedConditions(s *corev1.PodStatus) bool {
 		}
 	}
 	return false
+}
+
+// completed is the provider's status s with what the kubelet always writes and
+// s left out: the derived conditions and, while the API has none either, a start
+// time. The kubelet's start time is when it took the pod on; for a provider that
+// does not say, it is when the node first hears of the pod from it, and active
+// deadlines count from it. s is not changed; it is returned as it is when it
+// lacks nothing, which is the common case.
+func (c *Controller) completed(cached *cachedPod, api, s *corev1.PodStatus) (*corev1.PodStatus, error) {
+	now := metav1.NewTime(c.clock.Now())
+	copied := false
+	if lacksDerivedConditions(s) {
+		of, err := cached.containers()
+		if err != nil {
+			return nil, err
+		}
+		s, copied = withDerivedConditions(s, of, now), true
+	}
+	if s.StartTime == nil && api.StartTime == nil {
+		if !copied {
+			s = s.DeepCopy()
+		}
+		s.StartTime = &now
+	}
+	return s, nil
 }
 
 // podContainers are the names of a pod's containers, as a status judges them.
@@ -70,8 +95,8 @@ func initializedCondition(s *corev1.PodStatus, of podContainers, now metav1.Time
 	}
 	var incomplete []string
 	for _, name := range of.init {
-		cs := containerStatus(s.InitContainerStatuses, name)
-		done := cs != nil && (of.sidecars[name] && (cs.State.Running != nil && ptrTrue(cs.Started)) ||
+		cs := findContainerStatus(s.InitContainerStatuses, name)
+		done := cs != nil && (of.sidecars[name] && (cs.State.Running != nil && ptr.Deref(cs.Started, false)) ||
 			cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0)
 		if !done {
 			incomplete = append(incomplete, name)
@@ -94,12 +119,12 @@ func readyCondition(s *corev1.PodStatus, of podContainers, now metav1.Time) core
 	}
 	var unready []string
 	for _, name := range of.init {
-		if cs := containerStatus(s.InitContainerStatuses, name); of.sidecars[name] && (cs == nil || !cs.Ready) {
+		if cs := findContainerStatus(s.InitContainerStatuses, name); of.sidecars[name] && (cs == nil || !cs.Ready) {
 			unready = append(unready, name)
 		}
 	}
 	for _, name := range of.app {
-		if cs := containerStatus(s.ContainerStatuses, name); cs == nil || !cs.Ready {
+		if cs := findContainerStatus(s.ContainerStatuses, name); cs == nil || !cs.Ready {
 			unready = append(unready, name)
 		}
 	}
@@ -109,16 +134,6 @@ func readyCondition(s *corev1.PodStatus, of podContainers, now metav1.Time) core
 	}
 	return c
 }
-
-func containerStatus(cs []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
-	i := slices.IndexFunc(cs, func(s corev1.ContainerStatus) bool { return s.Name == name })
-	if i < 0 {
-		return nil
-	}
-	return &cs[i]
-}
-
-func ptrTrue(b *bool) bool { return b != nil && *b }
 
 // containers reads the names of the pod's app and init containers, and which
 // init containers are sidecars, from its encoding.
@@ -150,11 +165,3 @@ func (c *cachedPod) containers() (podContainers, error) {
 	}
 	return of, nil
 }
-
-// Field numbers of PodSpec and Container (k8s.io/api's generated.proto).
-const (
-	specContainersField         = 2
-	specInitContainersField     = 20
-	containerNameField          = 1
-	containerRestartPolicyField = 24
-)

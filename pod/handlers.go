@@ -96,19 +96,8 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			return fmt.Errorf("GetPodStatus %s: %w", key, err)
 		}
 	}
-	if lacksDerivedConditions(status) {
-		of, err := cached.containers()
-		if err != nil {
-			return err
-		}
-		status = withDerivedConditions(status, of, metav1.NewTime(c.clock.Now()))
-	}
-	if status.StartTime == nil && p.Status.StartTime == nil {
-		// The kubelet's start time is when it took the pod on; for a provider
-		// that does not say, when the node first hears of the pod from it. Active
-		// deadlines count from it.
-		status = status.DeepCopy()
-		status.StartTime = ptr.To(metav1.NewTime(c.clock.Now()))
+	if status, err = c.completed(cached, &p.Status, status); err != nil {
+		return err
 	}
 	if left, ok := deadlineLeft(p, status, c.clock.Now()); ok {
 		if left <= 0 {

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"unique"
@@ -97,9 +98,11 @@ func (c *cachedPod) withStatus() (*corev1.Pod, error) {
 				}
 				p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, g)
 			case specActiveDeadlineField:
-				var v int64
-				v, err = varintValue(whole)
-				p.Spec.ActiveDeadlineSeconds = ptr.To(v)
+				v, ok := apiwire.Varint(whole)
+				if !ok {
+					err = errMalformedVarint
+				}
+				p.Spec.ActiveDeadlineSeconds = ptr.To(int64(v))
 			}
 			return err == nil
 		})
@@ -126,26 +129,22 @@ func (c *cachedPod) generation() (int64, error) {
 	return gen, nil
 }
 
+var errMalformedVarint = errors.New("malformed varint field")
+
 // generationIn is the metadata.generation of the encoded pod raw.
 func generationIn(raw []byte) (gen int64, err error) {
 	apiwire.EachField(apiwire.Field(raw, podMetadataField), func(num protowire.Number, whole []byte) bool {
 		if num == metaGenerationField {
-			gen, err = varintValue(whole)
+			v, ok := apiwire.Varint(whole)
+			if !ok {
+				err = errMalformedVarint
+			}
+			gen = int64(v)
 			return false
 		}
 		return true
 	})
 	return gen, err
-}
-
-// varintValue is the value of a varint field given whole (tag included).
-func varintValue(whole []byte) (int64, error) {
-	_, _, n := protowire.ConsumeTag(whole)
-	v, m := protowire.ConsumeVarint(whole[n:])
-	if m < 0 {
-		return 0, protowire.ParseError(m)
-	}
-	return int64(v), nil
 }
 
 // GetObjectKind implements runtime.Object; a cachedPod is never serialized.
@@ -220,15 +219,19 @@ func asString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b
 // generated.proto). Their encoding is deterministic: map entries are written
 // sorted by key, so equal fields encode to equal bytes.
 const (
-	podMetadataField        = 1
-	podSpecField            = 2
-	podStatusField          = 3
-	metaGenerationField     = 7
-	specActiveDeadlineField = 5
-	specReadinessGatesField = 28
-	metaLabelsField         = 11
-	metaAnnotsField         = 12
-	fingerprintSpacing      = 0xff // before the spec, so bytes moved between it and metadata change the hash
+	podMetadataField            = 1
+	podSpecField                = 2
+	podStatusField              = 3
+	metaGenerationField         = 7
+	specContainersField         = 2
+	specActiveDeadlineField     = 5
+	specInitContainersField     = 20
+	specReadinessGatesField     = 28
+	containerNameField          = 1 // Container
+	containerRestartPolicyField = 24
+	metaLabelsField             = 11
+	metaAnnotsField             = 12
+	fingerprintSpacing          = 0xff // before the spec, so bytes moved between it and metadata change the hash
 )
 
 // statusFingerprint is the status fingerprint of fingerprints alone, for the

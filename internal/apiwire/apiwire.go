@@ -107,6 +107,17 @@ func Value(whole []byte) []byte {
 	return v
 }
 
+// Varint is the value of a varint field given whole (tag included); false for a
+// field of another wire type or a malformed one.
+func Varint(whole []byte) (uint64, bool) {
+	_, typ, n := protowire.ConsumeTag(whole)
+	if typ != protowire.VarintType {
+		return 0, false
+	}
+	v, m := protowire.ConsumeVarint(whole[n:])
+	return v, m >= 0
+}
+
 // Field is the value of the first length-delimited field num of a protobuf
 // message; nil if there is none.
 func Field(raw []byte, num protowire.Number) []byte {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -80,5 +81,19 @@ func TestEnvelopeReadsTheKindAndTheObject(t *testing.T) {
 	}
 	if _, _, ok := apiwire.Envelope([]byte(`{"kind":"ConfigMap"}`)); ok {
 		t.Fatal("JSON read as a protobuf envelope")
+	}
+}
+
+func TestVarintReadsAVarintFieldOnly(t *testing.T) {
+	varint := protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 300)
+	if v, ok := apiwire.Varint(varint); !ok || v != 300 {
+		t.Errorf("Varint = %d, %v; want 300", v, ok)
+	}
+	bytes := protowire.AppendBytes(protowire.AppendTag(nil, 7, protowire.BytesType), []byte("x"))
+	if _, ok := apiwire.Varint(bytes); ok {
+		t.Error("a length-delimited field read as a varint")
+	}
+	if _, ok := apiwire.Varint(varint[:len(varint)-1]); ok {
+		t.Error("a cut varint read")
 	}
 }
