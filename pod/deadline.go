@@ -37,7 +37,7 @@ func deadlineLeft(p *corev1.Pod, fromProvider *corev1.PodStatus, now time.Time) 
 }
 
 // stopAtDeadline ends a pod that has run past its active deadline, as the
-// kubelet does: a Warning Event, the pod Failed with reason DeadlineExceeded, and
+// kubelet does: an Event (Normal, as the kubelet's), the pod Failed with reason DeadlineExceeded, and
 // the provider asked to stop it within its grace period. The pod stays in the
 // API, terminal; the provider's reports of its containers stopping are still
 // merged into its status (statusHandler), and it is never started again.
@@ -52,14 +52,14 @@ func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("Pod ran for longer than its activeDeadlineSeconds (%ds) allow", ptr.Deref(p.Spec.ActiveDeadlineSeconds, 0))
+	msg := deadlineMessage(p)
 	if st.deleteRequested != p.UID {
 		// Once: a check before the cache shows the pod Failed only writes again.
 		if err := c.deleteFromProvider(ctx, p); err != nil {
 			return err
 		}
 		c.state.updateIfExists(key, func(s *podState) { s.deleteRequested = p.UID })
-		c.recorder.Event(p, corev1.EventTypeWarning, ReasonDeadlineExceeded, msg)
+		c.recorder.Event(p, corev1.EventTypeNormal, ReasonDeadlineExceeded, msg)
 		c.log.Info("pod stopped at its active deadline", "pod", key)
 	}
 	status := fromProvider.DeepCopy()
@@ -72,4 +72,20 @@ func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState
 // checked, for its containers' last states, though it is terminal.
 func stoppedByNode(st podState, cached *cachedPod) bool {
 	return cached.terminal && st.providerUID == cached.UID && st.deleteRequested == cached.UID && cached.DeletionTimestamp == nil
+}
+
+// failUnstartedAtDeadline ends a pod whose active deadline passed before the
+// provider took it on: it waited for a missing reference, or the provider kept
+// refusing it. The kubelet counts such a pod's deadline too, from the start time
+// of its first status, and ends it the same way; there is nothing to stop.
+// Called by syncHandler, which then leaves the terminal pod alone.
+func (c *Controller) failUnstartedAtDeadline(ctx context.Context, p *corev1.Pod) error {
+	msg := deadlineMessage(p)
+	c.recorder.Event(p, corev1.EventTypeNormal, ReasonDeadlineExceeded, msg)
+	c.log.Info("pod failed at its active deadline before the provider took it on", "pod", keyOf(p))
+	return c.writeStatus(ctx, p, &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded, Message: msg})
+}
+
+func deadlineMessage(p *corev1.Pod) string {
+	return fmt.Sprintf("Pod ran for longer than its activeDeadlineSeconds (%ds) allow", ptr.Deref(p.Spec.ActiveDeadlineSeconds, 0))
 }

@@ -69,8 +69,8 @@ func waitDeadlineExceeded(t *testing.T, c kubernetes.Interface, prov *mock.Provi
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(events.Items) == 1 && events.Items[0].Type == corev1.EventTypeWarning,
-			fmt.Sprintf("%d DeadlineExceeded Events, want one Warning", len(events.Items))
+		return len(events.Items) == 1 && events.Items[0].Type == corev1.EventTypeNormal,
+			fmt.Sprintf("%d DeadlineExceeded Events, want one, Normal as the kubelet's", len(events.Items))
 	})
 	time.Sleep(2 * time.Second) // the pod would have been started again by now
 	if n, m := prov.CreateCount(uid), prov.DeleteCalls(uid); n != 1 || m != 1 {
@@ -78,5 +78,37 @@ func waitDeadlineExceeded(t *testing.T, c kubernetes.Interface, prov *mock.Provi
 	}
 	if p := getPod(t, c, ns, name); p.Status.Phase != corev1.PodFailed {
 		t.Errorf("pod went on to %s", p.Status.Phase)
+	}
+}
+
+// A pod that waits for a missing Secret has a start time from its first status,
+// as on a kubelet, and fails at its deadline though its provider never had it;
+// the Secret appearing afterwards starts nothing.
+func TestAPodWaitingForASecretFailsAtItsDeadline(t *testing.T) {
+	prov := newMock(t, "")
+	c, node := startController(t, prov)
+	ns := testenv.Namespace(t)
+	p := secretEnvPod("waits")
+	p.Spec.ActiveDeadlineSeconds = ptr.To[int64](3)
+	createPod(t, c, ns, node, p)
+	waitConfigError(t, c, ns, "waits")
+	if got := getPod(t, c, ns, "waits"); got.Status.StartTime == nil {
+		t.Error("a pod waiting for a Secret has no start time; the kubelet gives it one")
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		got := getPod(t, c, ns, "waits")
+		return got.Status.Phase == corev1.PodFailed && got.Status.Reason == pod.ReasonDeadlineExceeded,
+			fmt.Sprintf("pod is %s (%s)", got.Status.Phase, got.Status.Reason)
+	})
+	if _, err := c.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "later"},
+		StringData: map[string]string{"token": "abc"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the pod would have been handed over by now
+	if n := len(prov.Pods()); n != 0 {
+		t.Errorf("the provider was given %d pods after the deadline; want none", n)
+	}
+	if got := getPod(t, c, ns, "waits"); got.Status.Phase != corev1.PodFailed {
+		t.Errorf("pod went on to %s", got.Status.Phase)
 	}
 }

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/errdefs"
 )
 
 func TestTheActiveDeadlineCountsFromTheStartTime(t *testing.T) {
@@ -78,8 +81,8 @@ func TestAPodStoppedAtItsDeadlineAndForgottenStaysFailed(t *testing.T) {
 	if got := f.provider.callList(); len(got) != 2 || got[1] != "DeletePod ns/a" {
 		t.Fatalf("provider calls = %v, want CreatePod then DeletePod", got)
 	}
-	if ev := <-f.recorder.Events; !strings.HasPrefix(ev, "Warning "+ReasonDeadlineExceeded) {
-		t.Errorf("Event %q, want a Warning %s", ev, ReasonDeadlineExceeded)
+	if ev := <-f.recorder.Events; !strings.HasPrefix(ev, "Normal "+ReasonDeadlineExceeded) {
+		t.Errorf("Event %q, want a Normal %s (the kubelet's type)", ev, ReasonDeadlineExceeded)
 	}
 	f.waitCached("ns/a", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == ReasonDeadlineExceeded
@@ -127,5 +130,80 @@ func TestAFinishedPodIsNotReady(t *testing.T) {
 	finishedNotReady(&desired, &again, metav1.NewTime(t1.Add(time.Minute)))
 	if patch, err := statusPatch("uid", &desired, &again); err != nil || patch != nil {
 		t.Errorf("second check patches %s (%v); want nothing", patch, err)
+	}
+}
+
+// A pod that waits for a missing ConfigMap gets a start time with its first
+// status, as on a kubelet, and its deadline counts from it: once past, the pod
+// fails with DeadlineExceeded without the provider ever hearing of it, and the
+// ConfigMap appearing then starts nothing.
+func TestAPodWaitingForAReferenceFailsAtItsDeadline(t *testing.T) {
+	p := projectedPod()
+	p.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+	f := newFixture(t, p)
+	prov := f.startResolving()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	<-f.recorder.Events // MandatoryConfigMapNotFound
+	f.waitCached("ns/a", func(p *corev1.Pod) bool {
+		return p.Status.StartTime != nil && p.Status.StartTime.Time.Equal(f.clock.Now())
+	})
+	// Before the deadline another sync waits, as before.
+	f.clock.Step(59 * time.Second)
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	<-f.recorder.Events
+	if api := f.apiStatus("ns/a"); api.Phase != corev1.PodPending {
+		t.Fatalf("phase %s before the deadline, want Pending", api.Phase)
+	}
+	f.clock.Step(time.Second)
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-f.recorder.Events; !strings.HasPrefix(ev, "Normal "+ReasonDeadlineExceeded) {
+		t.Errorf("Event %q, want a Normal %s", ev, ReasonDeadlineExceeded)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	api := f.apiStatus("ns/a")
+	if api.Reason != ReasonDeadlineExceeded || len(api.ContainerStatuses) != 1 || api.ContainerStatuses[0].State.Waiting == nil {
+		t.Errorf("status %s (%s), containers %+v; want DeadlineExceeded with the container still waiting", api.Phase, api.Reason, api.ContainerStatuses)
+	}
+
+	if _, err := f.client.CoreV1().ConfigMaps("ns").Create(f.ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "conf"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := prov.callList(); len(got) != 0 {
+		t.Errorf("provider calls = %v, want none", got)
+	}
+}
+
+// A pod the provider keeps refusing gets its start time from the first
+// ProviderFailed status, and fails at its deadline like any other.
+func TestAPodTheProviderRefusesFailsAtItsDeadline(t *testing.T) {
+	p := newPod("a")
+	p.Spec.ActiveDeadlineSeconds = ptr.To[int64](30)
+	f := newFixture(t, p)
+	f.start()
+	f.provider.failNext["CreatePod"] = errdefs.Unavailable("backend is down")
+	if err := f.c.syncHandler(f.ctx, "ns/a"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("sync error = %v, want the provider's", err)
+	}
+	<-f.recorder.Events // ProviderFailed
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Status.StartTime != nil })
+	f.clock.Step(31 * time.Second)
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == ReasonDeadlineExceeded
+	})
+	if got := f.provider.callList(); len(got) != 1 {
+		t.Errorf("provider calls = %v, want none after the failed CreatePod", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -88,6 +89,15 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	}
 
 	if st.providerUID == "" {
+		// A pod the provider does not have still has its deadline, counted
+		// from the start time its first status got (resolveFailed, a failed
+		// CreatePod); it is judged again when the deadline comes.
+		if left, ok := deadlineLeft(p, &corev1.PodStatus{}, c.clock.Now()); ok {
+			if left <= 0 {
+				return c.failUnstartedAtDeadline(ctx, p)
+			}
+			c.syncQueue.AddAfter(key, left)
+		}
 		if hasStarted(&p.Status) && p.Spec.RestartPolicy == corev1.RestartPolicyNever {
 			// It ran before and the provider lost it (a crash of the back end, a
 			// restart that did not keep it): with restartPolicy Never the kubelet
@@ -293,7 +303,11 @@ func (c *Controller) resolveFailed(ctx context.Context, p *corev1.Pod, err error
 		return fmt.Errorf("resolving %s: %w", keyOf(p), err)
 	}
 	c.log.Info("pod waits for a missing reference", "pod", keyOf(p), "missing", msg)
-	status := &corev1.PodStatus{Phase: corev1.PodPending}
+	// The kubelet's first status of a pod has a start time, whether or not its
+	// containers could start; an active deadline counts from it (mergeStatus
+	// keeps an earlier one).
+	now := metav1.NewTime(c.clock.Now())
+	status := &corev1.PodStatus{Phase: corev1.PodPending, StartTime: &now}
 	waiting := func(cs []corev1.Container) []corev1.ContainerStatus {
 		out := make([]corev1.ContainerStatus, 0, len(cs))
 		for _, ctr := range cs {
@@ -333,8 +347,9 @@ func (c *Controller) callProvider(ctx context.Context, p *corev1.Pod, method str
 	msg := fmt.Sprintf("%s failed: %v", method, err)
 	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderFailed, msg)
 	if method != "DeletePod" {
+		now := metav1.NewTime(c.clock.Now()) // as resolveFailed's, kept if the pod has one
 		if werr := c.writeStatus(ctx, p, &corev1.PodStatus{
-			Phase: p.Status.Phase, Reason: ReasonProviderFailed, Message: msg,
+			Phase: p.Status.Phase, Reason: ReasonProviderFailed, Message: msg, StartTime: &now,
 		}); werr != nil {
 			c.log.Warn("cannot record provider failure in pod status", "pod", keyOf(p), "error", werr)
 		}

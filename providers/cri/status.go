@@ -113,7 +113,7 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 	}
 	if rec.deadlineExceeded {
 		s.Phase = corev1.PodFailed
-		s.Reason, s.Message = "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+		s.Reason, s.Message = "DeadlineExceeded", "The pod ran for longer than its activeDeadlineSeconds allow"
 	}
 	if rec.terminal && !isTerminal(s.Phase) {
 		s.Phase = rec.status.Phase
