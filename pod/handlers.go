@@ -105,7 +105,19 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		}
 		c.statusQueue.AddAfter(key, left) // an earlier check of the same pod is kept
 	}
-	if err := c.writeStatus(ctx, p, status); err != nil {
+	var running *corev1.PodSpec // p has no containers (withStatus)
+	if c.resizesInPlace() {
+		from := cached
+		if st.lastPod != nil && st.lastPod.specHash != cached.specHash {
+			// A spec change the sync has yet to hand over, a resize perhaps:
+			// the status tells the resources the provider runs.
+			from = st.lastPod
+		}
+		if running, err = from.resourcesSpec(); err != nil {
+			return err
+		}
+	}
+	if err := c.writeStatusRunning(ctx, p, status, running); err != nil {
 		return err
 	}
 	if stoppedByNode(st, cached) && c.notifier == nil && !stopped(status) {
@@ -125,16 +137,31 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 
 // writeStatus patches the status subresource of p with what the provider reports,
 // if that changes anything.
+// The containers' resources in effect are left as the API has them (see
+// writeStatusRunning).
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus) error {
-	desired := mergeStatus(p.Status, fromProvider, specOf(p))
+	return c.writeStatusRunning(ctx, p, fromProvider, nil)
+}
+
+// writeStatusRunning is writeStatus for a pod whose provider runs the
+// containers' resources of running, which the status reports for a provider
+// that resizes in place. Only a status check knows them: p's spec may hold a
+// resize the provider has yet to make, or has just failed to.
+func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
+	key := keyOf(p)
+	of := specOf(p)
+	of.resize = c.state.resizeOf(key)
+	if c.resizesInPlace() {
+		of.running = running
+	}
+	desired := mergeStatus(p.Status, fromProvider, of)
 	finishedNotReady(&p.Status, &desired, metav1.NewTime(c.clock.Now()))
 	patch, err := statusPatch(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err
 	}
 	done := c.metrics.observeStatusWrite()
-	pctx, span := c.startSpan(ctx, spanPatch, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
-	key := keyOf(p)
+	pctx, span := c.startSpan(ctx, spanPatch, key, trace.WithSpanKind(trace.SpanKindClient))
 	c.state.updateIfExists(key, func(s *podState) { s.writing, s.updatedWhileWriting = true, false })
 	written, err := c.patchStatus(pctx, p.Namespace, p.Name, patch)
 	endSpan(span, err)

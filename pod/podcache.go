@@ -229,6 +229,7 @@ const (
 	specReadinessGatesField     = 28
 	containerNameField          = 1 // Container
 	containerRestartPolicyField = 24
+	containerResourcesField     = 8
 	metaLabelsField             = 11
 	metaAnnotsField             = 12
 	fingerprintSpacing          = 0xff // before the spec, so bytes moved between it and metadata change the hash

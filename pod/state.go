@@ -66,6 +66,10 @@ type stateStore struct {
 	mu     sync.Mutex
 	states map[string]*podState
 	locks  map[string]*keyLock
+	// resizes are the records of pods resized in place (resize.go), apart from
+	// their podState: few pods have one, and a field would make every pod's
+	// state a size class larger.
+	resizes map[string]*resizeState
 }
 
 type keyLock struct {
@@ -143,6 +147,7 @@ func (s *stateStore) forget(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.states, key)
+	s.setResizeLocked(key, nil)
 }
 
 // keys returns the keys with state.
@@ -154,4 +159,33 @@ func (s *stateStore) keys() []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// resizeOf returns the resize record of key (nil if none): records are never
+// changed, so it may be read after the lock is released.
+func (s *stateStore) resizeOf(key string) *resizeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resizes[key]
+}
+
+// setResize keeps rs as the resize record of key; nil drops it.
+func (s *stateStore) setResize(key string, rs *resizeState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setResizeLocked(key, rs)
+}
+
+func (s *stateStore) setResizeLocked(key string, rs *resizeState) {
+	if rs == nil {
+		delete(s.resizes, key)
+		if len(s.resizes) == 0 {
+			s.resizes = nil
+		}
+		return
+	}
+	if s.resizes == nil {
+		s.resizes = map[string]*resizeState{}
+	}
+	s.resizes[key] = rs
 }

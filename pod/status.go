@@ -70,6 +70,7 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, of st
 	if ready != nil {
 		out.Conditions = upsertCondition(out.Conditions, of.observed(gatedReady(*ready, of.gates, out.Conditions)))
 	}
+	resizeStatus(&out, fromProvider, of)
 	return out
 }
 
@@ -77,6 +78,10 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, of st
 type statusSpec struct {
 	gates      []corev1.PodReadinessGate // spec.readinessGates
 	generation int64                     // metadata.generation of the pod the node works from; 0 if unknown
+	resize     *resizeState              // the node's record of the pod resized in place; nil if never
+	// running is the spec whose containers' resources the provider runs, for a
+	// provider that resizes in place (nil for others): the statuses report them.
+	running *corev1.PodSpec
 }
 
 // specOf is the statusSpec of p.

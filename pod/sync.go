@@ -191,6 +191,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 		started = &sc
 	}
+	c.state.setResize(key, nil) // a new incarnation runs the spec's resources
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.lastPod = p.UID, cached
 		s.deleteRequested, s.notified, s.startTrace = "", nil, started
@@ -226,12 +227,21 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 			rp.Env = startedEnv(st.env, rp.Env)
 		}
 	}
-	if err := c.callProvider(ctx, p, "UpdatePod", func(ctx context.Context) error {
+	last, err := st.lastPod.pod()
+	if err != nil {
+		return err
+	}
+	resized := c.state.resizeOf(key)
+	rs, err := c.updateWithResize(ctx, p, last, resized, func(ctx context.Context, send *corev1.Pod) error {
 		if rp != nil {
-			return c.resolvedHandler.UpdateResolvedPod(ctx, rp)
+			r := *rp
+			r.Pod = send
+			return c.resolvedHandler.UpdateResolvedPod(ctx, &r)
 		}
-		return c.provider.UpdatePod(ctx, p.DeepCopy())
-	}); err != nil {
+		return c.provider.UpdatePod(ctx, send.DeepCopy())
+	})
+	c.state.setResize(key, rs)
+	if err != nil {
 		return err
 	}
 	c.state.update(key, func(s *podState) {
@@ -240,7 +250,9 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 			s.env, s.volumes, s.volumesStale = rp.Env, digestVolumes(rp.Volumes), false
 		}
 	})
-	c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
+	if rs == resized || rs.refused == nil {
+		c.recorder.Event(p, corev1.EventTypeNormal, ReasonUpdated, "Provider applied the pod's new spec")
+	}
 	// The status now observes the new generation, and a shortened deadline is
 	// judged now, not at the old one.
 	c.statusQueue.Add(key)
@@ -336,14 +348,26 @@ func resolveMessage(err error) string {
 // callProvider runs one provider call for pod p, counting it in the metrics and, on
 // failure, recording an Event and putting the reason in the pod's status.
 func (c *Controller) callProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
+	if err := c.invokeProvider(ctx, p, method, call); err != nil {
+		return c.providerFailed(ctx, p, method, err)
+	}
+	return nil
+}
+
+// invokeProvider runs one provider call for pod p, counted in the metrics and
+// traced, and returns its error as the provider gave it.
+func (c *Controller) invokeProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
 	done := c.metrics.observeProviderCall(method)
 	ctx, span := c.startSpan(ctx, "provider."+method, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
 	err := call(ctx)
 	endSpan(span, err)
 	done(err)
-	if err == nil {
-		return nil
-	}
+	return err
+}
+
+// providerFailed records err, the failure of a provider call for pod p, in an
+// Event and (but for DeletePod) in the pod's status, and returns it wrapped.
+func (c *Controller) providerFailed(ctx context.Context, p *corev1.Pod, method string, err error) error {
 	msg := fmt.Sprintf("%s failed: %v", method, err)
 	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderFailed, msg)
 	if method != "DeletePod" {

@@ -31,8 +31,9 @@ type PodLifecycleHandler interface {
 
 	// UpdatePod is called when a mutable field of a running pod changed (container
 	// images, activeDeadlineSeconds, tolerations, labels and annotations; new
-	// ephemeral containers for an EphemeralContainerRunner). A provider that cannot
-	// apply a change may return an errdefs.InvalidInput error.
+	// ephemeral containers for an EphemeralContainerRunner; containers' resources
+	// for an InPlaceResizer). A provider that cannot apply a change may return an
+	// errdefs.InvalidInput error.
 	UpdatePod(ctx context.Context, pod *corev1.Pod) error
 
 	// DeletePod asks the provider to stop the pod, honouring
@@ -80,6 +81,32 @@ type EphemeralContainerRunner interface {
 func RunsEphemeralContainers(p any) bool {
 	r, ok := p.(EphemeralContainerRunner)
 	return ok && r.RunsEphemeralContainers()
+}
+
+// InPlaceResizer is implemented by providers that resize running pods in place
+// (a client changes spec.containers[].resources through the pod's resize
+// subresource). For such a provider the node reports each container's resources
+// in its status, as a kubelet does, which is what lets the API server accept a
+// resize of a running pod at all, and hands a resize to UpdatePod
+// (UpdateResolvedPod). UpdatePod returns once the provider runs the containers
+// with the new resources; an errdefs.InvalidInput or NotImplemented error says
+// it cannot, and the pod then shows the condition PodResizePending, reason
+// Infeasible, with the error's words, and goes on with the resources it has.
+//
+// For other providers the API server refuses resizes of running pods ("Pod
+// running on node without support for resize"), as it does for a kubelet that
+// does not resize.
+type InPlaceResizer interface {
+	// ResizesInPlace reports whether the provider resizes running pods: a
+	// provider standing for another one answers for it.
+	ResizesInPlace() bool
+}
+
+// ResizesInPlace reports whether p resizes running pods: it is an
+// InPlaceResizer and says so.
+func ResizesInPlace(p any) bool {
+	r, ok := p.(InPlaceResizer)
+	return ok && r.ResizesInPlace()
 }
 
 // PodNotifier is implemented by providers that push status changes instead of being

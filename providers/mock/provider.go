@@ -421,6 +421,10 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 	return p.save()
 }
 
+// ResizesInPlace: the mock takes a pod's new resources as they come
+// (provider.InPlaceResizer), as it takes any change of its spec.
+func (p *Provider) ResizesInPlace() bool { return true }
+
 // UpdatePod stores the new spec and metadata of the pod (the reported container
 // images follow the spec). Its state (pending, running, deleting) is unchanged.
 func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {

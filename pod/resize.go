@@ -1,0 +1,293 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/apiwire"
+	"github.com/vkubelet/vkubelet/internal/podpack"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// ReasonResizeInfeasible is the reason of the Warning Event recorded when the
+// provider refuses to resize a pod in place.
+const ReasonResizeInfeasible = "ResizeInfeasible"
+
+// In-place resize: a client changes spec.containers[].resources of a running pod
+// through the pod's resize subresource, and the node hands the new resources to
+// the provider with UpdatePod, as any other change of an updatable field. What the
+// node adds is the kubelet's bookkeeping of it:
+//
+//   - a provider that cannot resize answers UpdatePod with an errdefs InvalidInput
+//     or NotImplemented error: the pod gets the condition PodResizePending, reason
+//     Infeasible, with the provider's words, and a Warning Event. The resize is
+//     not asked again until the spec's resources change (the kubelet does not
+//     retry an infeasible resize either), and the pod goes on with the resources
+//     it has: later changes of other fields reach the provider with them.
+//   - the container statuses of a provider that resizes in place
+//     (provider.InPlaceResizer) carry the resources the provider runs them with
+//     (allocatedResources, and resources unless the provider reports its own),
+//     as a kubelet's do: the API server accepts a resize of a running pod only
+//     if they are there, and the spec and the status together say whether a
+//     resize took effect. Other providers' statuses carry none, so the API
+//     server refuses their running pods' resizes, with its own words.
+//
+// Only a pod resized, or refused a resize, keeps a record (in the state store,
+// apart from its podState); the others run their spec's resources.
+
+// resizesInPlace reports whether the provider resizes running pods, so that
+// the statuses carry the containers' resources (resize.go).
+func (c *Controller) resizesInPlace() bool {
+	return provider.ResizesInPlace(c.provider)
+}
+
+// resizeState is the node's record of a pod resized in place. It is never
+// changed once made (a change makes a new one), so a status write may read it
+// without the state store's lock.
+type resizeState struct {
+	// allocated are the resources the provider runs the containers with.
+	allocated containerResources
+	// refused are the resources of the resize the provider refused, nil when
+	// none is pending; why is what it said, since when it was refused.
+	refused containerResources
+	why     string
+	since   metav1.Time
+}
+
+// containerResources are the resources of a pod's containers, init containers
+// included, by name (unique within a pod).
+type containerResources map[string]corev1.ResourceRequirements
+
+func resourcesOf(p *corev1.Pod) containerResources {
+	r := make(containerResources, len(p.Spec.Containers)+len(p.Spec.InitContainers))
+	for _, c := range p.Spec.InitContainers {
+		r[c.Name] = c.Resources
+	}
+	for _, c := range p.Spec.Containers {
+		r[c.Name] = c.Resources
+	}
+	return r
+}
+
+func (r containerResources) equal(o containerResources) bool {
+	if len(r) != len(o) {
+		return false
+	}
+	for name, res := range r {
+		other, ok := o[name]
+		if !ok || !equality.Semantic.DeepEqual(res, other) {
+			return false
+		}
+	}
+	return true
+}
+
+// withResources returns a copy of p whose containers have the resources r names.
+func withResources(p *corev1.Pod, r containerResources) *corev1.Pod {
+	out := p.DeepCopy()
+	for i := range out.Spec.InitContainers {
+		if res, ok := r[out.Spec.InitContainers[i].Name]; ok {
+			out.Spec.InitContainers[i].Resources = res
+		}
+	}
+	for i := range out.Spec.Containers {
+		if res, ok := r[out.Spec.Containers[i].Name]; ok {
+			out.Spec.Containers[i].Resources = res
+		}
+	}
+	return out
+}
+
+// resizePlan is what an update of pod p does about its resources, given the
+// pod the provider last accepted and the node's record.
+type resizePlan struct {
+	send      *corev1.Pod        // the pod to hand to the provider
+	resizing  bool               // send asks for resources other than those allocated
+	allocated containerResources // the resources the provider runs now
+	desired   containerResources // the spec's
+}
+
+func planResize(p, last *corev1.Pod, rs *resizeState) resizePlan {
+	plan := resizePlan{send: p, desired: resourcesOf(p)}
+	if rs != nil {
+		plan.allocated = rs.allocated
+	} else {
+		plan.allocated = resourcesOf(last)
+	}
+	if plan.desired.equal(plan.allocated) {
+		return plan
+	}
+	if rs != nil && rs.refused != nil && rs.refused.equal(plan.desired) {
+		// Refused already: not asked again until the spec changes.
+		plan.send = withResources(p, plan.allocated)
+		return plan
+	}
+	plan.resizing = true
+	return plan
+}
+
+// isResizeRefusal reports whether err, from UpdatePod, says the provider cannot
+// make the resize.
+func isResizeRefusal(err error) bool {
+	return errdefs.IsInvalidInput(err) || errdefs.IsNotImplemented(err)
+}
+
+// after is the record once the provider accepted plan's pod: nil for a pod
+// never resized, else what the provider now runs.
+func (plan resizePlan) after(rs *resizeState) *resizeState {
+	switch {
+	case plan.resizing:
+		return &resizeState{allocated: plan.desired}
+	case rs == nil:
+		return nil
+	case rs.refused != nil && !rs.refused.equal(plan.desired):
+		// The spec went back to what runs: nothing is pending any more.
+		return &resizeState{allocated: rs.allocated}
+	}
+	return rs
+}
+
+// updateWithResize hands the provider pod p, an update of last, as
+// updateInProvider does, and keeps the record of its resources: a refused resize
+// is recorded, and the rest of the update is handed over with the resources
+// that run. It returns the record to keep.
+func (c *Controller) updateWithResize(ctx context.Context, p, last *corev1.Pod, rs *resizeState, update func(context.Context, *corev1.Pod) error) (*resizeState, error) {
+	plan := planResize(p, last, rs)
+	err := c.invokeProvider(ctx, p, "UpdatePod", func(ctx context.Context) error { return update(ctx, plan.send) })
+	if err == nil {
+		return plan.after(rs), nil
+	}
+	if !plan.resizing || !isResizeRefusal(err) {
+		return rs, c.providerFailed(ctx, p, "UpdatePod", err)
+	}
+	why := err.Error()
+	refused := &resizeState{allocated: plan.allocated, refused: plan.desired, why: why, since: metav1.NewTime(c.clock.Now())}
+	c.recorder.Event(p, corev1.EventTypeWarning, ReasonResizeInfeasible, "The provider cannot resize the pod in place: "+why)
+	c.log.Info("resize refused by the provider", "pod", keyOf(p), "error", err)
+	// The other changes of the update, if any, with the resources that run.
+	rest := withResources(p, plan.allocated)
+	if updatableOf(rest).equal(updatableOf(withResources(last, plan.allocated))) {
+		return refused, nil
+	}
+	if err := c.callProvider(ctx, p, "UpdatePod", func(ctx context.Context) error { return update(ctx, rest) }); err != nil {
+		return refused, err
+	}
+	return refused, nil
+}
+
+// resizeStatus applies what the node knows of the pod's resources to out, the
+// status to write: PodResizePending while a resize is refused (the provider's
+// own, if it reports one, otherwise removed), and, for a provider that resizes
+// in place (of.running set) or a pod with a record, the resources each
+// container runs with, in allocatedResources and, unless the provider reports
+// its own, resources.
+func resizeStatus(out *corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) {
+	rs := of.resize
+	if rs != nil && rs.refused != nil {
+		out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
+			Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible,
+			Message: rs.why, LastTransitionTime: rs.since,
+		}))
+	} else if findCondition(fromProvider.Conditions, corev1.PodResizePending) == nil {
+		out.Conditions = removeCondition(out.Conditions, corev1.PodResizePending)
+	}
+	if rs == nil && of.running == nil {
+		return
+	}
+	fill := func(cs []corev1.ContainerStatus, spec []corev1.Container) {
+		for i := range cs {
+			res, ok := runningResources(cs[i].Name, spec, rs)
+			if !ok {
+				continue
+			}
+			// Shared with the decoded pod or the record, which nothing changes:
+			// the status is only encoded.
+			cs[i].AllocatedResources = res.Requests
+			if !fromProviderReports(fromProvider, cs[i].Name) {
+				cs[i].Resources = &res
+			}
+		}
+	}
+	var init, app []corev1.Container
+	if of.running != nil {
+		init, app = of.running.InitContainers, of.running.Containers
+	}
+	fill(out.InitContainerStatuses, init)
+	fill(out.ContainerStatuses, app)
+}
+
+// runningResources are the resources container name runs with: the record's,
+// else the spec's.
+func runningResources(name string, spec []corev1.Container, rs *resizeState) (corev1.ResourceRequirements, bool) {
+	if rs != nil {
+		res, ok := rs.allocated[name]
+		return res, ok
+	}
+	for i := range spec {
+		if spec[i].Name == name {
+			return spec[i].Resources, true
+		}
+	}
+	return corev1.ResourceRequirements{}, false
+}
+
+// fromProviderReports reports whether the provider's status gives container
+// name's resources itself.
+func fromProviderReports(s *corev1.PodStatus, name string) bool {
+	for _, list := range [][]corev1.ContainerStatus{s.ContainerStatuses, s.InitContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return list[i].Resources != nil
+			}
+		}
+	}
+	return false
+}
+
+// removeCondition returns conds without a condition of type t; conds itself
+// when it has none, which is the common case.
+func removeCondition(conds []corev1.PodCondition, t corev1.PodConditionType) []corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			out := make([]corev1.PodCondition, 0, len(conds)-1)
+			out = append(out, conds[:i]...)
+			return append(out, conds[i+1:]...)
+		}
+	}
+	return conds
+}
+
+// resourcesSpec decodes, of the cached pod's spec, only its containers' names
+// and resources: what the status of a provider that resizes in place reports.
+func (c *cachedPod) resourcesSpec() (*corev1.PodSpec, error) {
+	spec := &corev1.PodSpec{}
+	err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
+		return walk(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) error {
+			if num != specContainersField && num != specInitContainersField {
+				return nil
+			}
+			ctr := apiwire.Value(whole)
+			out := corev1.Container{Name: string(apiwire.Field(ctr, containerNameField))}
+			if err := out.Resources.Unmarshal(apiwire.Field(ctr, containerResourcesField)); err != nil {
+				return err
+			}
+			if num == specContainersField {
+				spec.Containers = append(spec.Containers, out)
+			} else {
+				spec.InitContainers = append(spec.InitContainers, out)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return spec, nil
+}
