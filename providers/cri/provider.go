@@ -384,7 +384,9 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 
 // UpdateResolvedPod stores the new pod. A container whose image changed is stopped,
 // so that it restarts (as its restartPolicy allows) with the new image; an
-// ephemeral container new in the spec is started (ephemeral.go).
+// ephemeral container new in the spec is started (ephemeral.go); a container
+// whose resources changed is resized in place first (resize.go), and the pod is
+// stored only once it is.
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
@@ -397,6 +399,12 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 		return err
 	}
 	rp = copyResolved(rp)
+	p.mu.Lock()
+	old := rec.pod
+	p.mu.Unlock()
+	if err := p.resizeRunning(ctx, rec, old, rp.Pod); err != nil {
+		return err
+	}
 	if err := p.savePod(rp); err != nil {
 		return fmt.Errorf("cri: pod %s: %w", key, err)
 	}

@@ -235,11 +235,21 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	return p.CreateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
 }
 
-// UpdatePod: interLink plugins cannot change a submitted job.
-func (p *Provider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
+// UpdatePod: interLink plugins cannot change a submitted job; a resize is
+// refused, so that the pod shows it pending, not made.
+func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rec := p.pods[key(pod.Namespace, pod.Name)]; rec != nil && rec.Pod.UID == pod.UID {
+		return providerutil.RefuseResize("interlink", rec.Pod, pod)
+	}
+	return nil
+}
 
 // UpdateResolvedPod: as UpdatePod.
-func (p *Provider) UpdateResolvedPod(context.Context, *provider.ResolvedPod) error { return nil }
+func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
+	return p.UpdatePod(ctx, rp.Pod)
+}
 
 // DeletePod asks the plugin to delete the job and forgets the pod.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {

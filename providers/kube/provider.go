@@ -21,6 +21,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // originIndex indexes the target pods by the "ns/name" of their source pod.
@@ -402,6 +403,19 @@ func ensure[T interface {
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
 	key := podKey(src.Namespace, src.Name)
+	p.mu.Lock()
+	var last *corev1.Pod
+	if r := p.records[key]; r != nil && r.uid == src.UID && r.rp != nil {
+		last = r.rp.Pod
+	}
+	p.mu.Unlock()
+	if last != nil {
+		// The target pod keeps the resources it was made with: a resize is
+		// refused, so that the source pod shows it pending, not made.
+		if err := providerutil.RefuseResize("kube", last, src); err != nil {
+			return err
+		}
+	}
 	t, err := p.ownTarget(ctx, src)
 	if err != nil {
 		return err

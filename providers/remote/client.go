@@ -240,6 +240,10 @@ func (c *Client) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod)
 // environment travels in PodRequest.env like any container's.
 func (c *Client) RunsEphemeralContainers() bool { return c.caps().GetEphemeralContainers() }
 
+// ResizesInPlace answers for the provider at the other end, from the
+// Capabilities it last announced (as RunsEphemeralContainers).
+func (c *Client) ResizesInPlace() bool { return c.caps().GetInPlaceResize() }
+
 // GetPod asks the provider for one pod.
 func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	ctx, cancel := c.call(ctx)

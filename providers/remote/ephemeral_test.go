@@ -77,6 +77,32 @@ func TestEphemeralContainersAreAnnouncedOnlyByAProviderThatRunsThem(t *testing.T
 	}
 }
 
+// The server announces in-place resize for a provider that says it resizes (the
+// mock does), and for no other; the client answers what was announced.
+func TestInPlaceResizeIsAnnouncedOnlyByAProviderThatResizes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		provider func(*mock.Provider) provider.PodLifecycleHandler
+		want     bool
+	}{
+		{"the mock", func(m *mock.Provider) provider.PodLifecycleHandler { return m }, true},
+		{"a provider without InPlaceResizer", func(m *mock.Provider) provider.PodLifecycleHandler { return plain{m} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := connect(t, serve(t, tc.provider(newMock(t)), "mock"))
+			if got := c.Capabilities().GetInPlaceResize(); got != tc.want {
+				t.Errorf("Capabilities: in_place_resize = %v, want %v", got, tc.want)
+			}
+			if got := provider.ResizesInPlace(c); got != tc.want {
+				t.Errorf("the client's ResizesInPlace() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// plain hides the mock's optional interfaces.
+type plain struct{ provider.PodLifecycleHandler }
+
 // The client's answer is the provider's last announcement, asked again when the
 // provider comes back: one restarted as a version that does not run ephemeral
 // containers is no longer said to run them, so the pod controller stops sending

@@ -109,7 +109,7 @@ func (s *Server) Capabilities(context.Context, *pb.CapabilitiesRequest) (*pb.Cap
 	return &pb.CapabilitiesResponse{Encoding: encoding, PodNotifier: notifier, VolumeUpdater: volumes,
 		NodeProvider: node, NodeConfigurer: configurer, Logs: logs, Exec: exec, Attach: attach,
 		PortForward: pf, Stats: stats, Metrics: metrics, EphemeralContainers: provider.RunsEphemeralContainers(s.p),
-		ProviderName: s.name}, nil
+		InPlaceResize: provider.ResizesInPlace(s.p), ProviderName: s.name}, nil
 }
 
 // withPod decodes the request's pod and hands it to create or update: the

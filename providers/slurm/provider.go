@@ -17,6 +17,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // Provider runs pods as Slurm jobs.
@@ -316,11 +317,15 @@ func (p *Provider) UpdatePodVolumes(_ context.Context, rp *provider.ResolvedPod)
 }
 
 // UpdatePod: a submitted job keeps its script; labels and annotations are kept
-// for GetPod.
+// for GetPod. A resize is refused: a job's allocation is fixed when it is
+// submitted.
 func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if rec := p.pods[key(pod.Namespace, pod.Name)]; rec != nil && rec.pod.UID == pod.UID {
+		if err := providerutil.RefuseResize("slurm", rec.pod, pod); err != nil {
+			return err
+		}
 		rec.pod.Labels, rec.pod.Annotations = pod.Labels, pod.Annotations
 	}
 	return nil

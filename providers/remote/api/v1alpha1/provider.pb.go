@@ -196,8 +196,15 @@ type CapabilitiesResponse struct {
 	// update and reports each ephemeral container Waiting
 	// (EphemeralContainersNotSupported).
 	EphemeralContainers bool `protobuf:"varint,13,opt,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The provider resizes running pods in place (provider.InPlaceResizer): the
+	// agent then reports each container's resources in the pod's status (the API
+	// server accepts a resize of a running pod only then) and sends UpdatePod when
+	// they change; INVALID_ARGUMENT or UNIMPLEMENTED says the provider cannot make
+	// that resize, and the pod shows PodResizePending, reason Infeasible. Without
+	// it the API server refuses resizes of the provider's running pods.
+	InPlaceResize bool `protobuf:"varint,14,opt,name=in_place_resize,json=inPlaceResize,proto3" json:"in_place_resize,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -317,6 +324,13 @@ func (x *CapabilitiesResponse) GetProviderName() string {
 func (x *CapabilitiesResponse) GetEphemeralContainers() bool {
 	if x != nil {
 		return x.EphemeralContainers
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetInPlaceResize() bool {
+	if x != nil {
+		return x.InPlaceResize
 	}
 	return false
 }
@@ -1816,7 +1830,7 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\x05Empty\"]\n" +
 	"\x13CapabilitiesRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12\x1b\n" +
-	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"\xdb\x03\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"\x83\x04\n" +
 	"\x14CapabilitiesResponse\x12@\n" +
 	"\bencoding\x18\x01 \x01(\x0e2$.vkubelet.provider.v1alpha1.EncodingR\bencoding\x12!\n" +
 	"\fpod_notifier\x18\x02 \x01(\bR\vpodNotifier\x12%\n" +
@@ -1831,7 +1845,8 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	" \x01(\bR\x05stats\x12\x18\n" +
 	"\ametrics\x18\v \x01(\bR\ametrics\x12#\n" +
 	"\rprovider_name\x18\f \x01(\tR\fproviderName\x121\n" +
-	"\x14ephemeral_containers\x18\r \x01(\bR\x13ephemeralContainers\":\n" +
+	"\x14ephemeral_containers\x18\r \x01(\bR\x13ephemeralContainers\x12&\n" +
+	"\x0fin_place_resize\x18\x0e \x01(\bR\rinPlaceResize\":\n" +
 	"\x06PodRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xd0\x03\n" +

@@ -1,0 +1,63 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/internal/testenv"
+)
+
+// `kubectl patch --subresource resize` on a running pod of a CRI node: the API
+// server accepts it (the node reports the containers' resources, as a kubelet
+// does), the running container gets its new memory limit and CPU quota without
+// a restart, and its status says they are in effect, with nothing pending.
+func TestAPodIsResizedInPlaceThroughTheAPI(t *testing.T) {
+	const node = "cri-e2e-resize"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	pod := busybox("resized", node, env.Busybox, `trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+	guaranteed := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi"), corev1.ResourceCPU: resource.MustParse("200m")}
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: guaranteed, Limits: guaranteed}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := testenv.WaitPod(t, ns, "resized", "Running with its resources reported", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Resources != nil
+	})
+
+	const patch = `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"300m","memory":"64Mi"},"limits":{"cpu":"300m","memory":"64Mi"}}}]}}`
+	if _, err := c.CoreV1().Pods(ns).Patch(ctx, "resized", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want string, cmd ...string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+			out, err := testenv.Exec(t, ns, "resized", "main", cmd...)
+			return err == nil && out == want, fmt.Sprintf("%v = %q, %v; want %q", cmd, out, err, want)
+		})
+	}
+	check(fmt.Sprintf("%d\n", 64<<20), "sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+	check("30000\n", "sh", "-c", "cut -d' ' -f1 /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+	after := testenv.WaitPod(t, ns, "resized", "the new resources in effect", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses[0]
+		mem := cs.AllocatedResources[corev1.ResourceMemory]
+		return cs.Resources != nil && cs.Resources.Limits.Cpu().String() == "300m" && mem.String() == "64Mi"
+	})
+	for _, cond := range after.Status.Conditions {
+		if cond.Type == corev1.PodResizePending || cond.Type == corev1.PodResizeInProgress {
+			t.Errorf("condition %s %s (%s) after the resize", cond.Type, cond.Status, cond.Message)
+		}
+	}
+	if b, a := before.Status.ContainerStatuses[0], after.Status.ContainerStatuses[0]; a.ContainerID != b.ContainerID || a.RestartCount != 0 {
+		t.Errorf("container %s, %d restarts after the resize; was %s: want it resized in place", a.ContainerID, a.RestartCount, b.ContainerID)
+	}
+}

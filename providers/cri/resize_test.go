@@ -1,0 +1,79 @@
+package cri
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// A running container resized through UpdatePod gets its new memory limit and
+// CPU quota at once, in its own cgroup, without a restart; a resize its
+// resizePolicy says needs a restart is refused as InvalidInput and changes
+// nothing.
+func TestARunningContainerIsResizedInPlace(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	if !provider.ResizesInPlace(p) {
+		t.Fatal("the CRI provider does not say it resizes in place")
+	}
+	pod := busyboxPod("resized", sleepForever)
+	pod.Spec.HostNetwork = true
+	limits := func(mem, cpu string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourceCPU: resource.MustParse(cpu)}
+	}
+	pod.Spec.Containers[0].Resources.Limits = limits("64Mi", "500m")
+	pod.Spec.Containers[0].Resources.Requests = limits("64Mi", "500m")
+	ctx := context.Background()
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	before := waitRunningReady(t, p, pod).ContainerStatuses[0]
+
+	grown := pod.DeepCopy()
+	grown.Spec.Containers[0].Resources.Limits = limits("96Mi", "750m")
+	grown.Spec.Containers[0].Resources.Requests = limits("96Mi", "750m")
+	if err := p.UpdatePod(ctx, grown); err != nil {
+		t.Fatal(err)
+	}
+	cgroup := func() (mem, cpu string) {
+		mem, err := execOut(t, p, pod, "main", "sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu, err = execOut(t, p, pod, "main", "sh", "-c", "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(mem), strings.TrimSpace(cpu)
+	}
+	if mem, cpu := cgroup(); mem != strconv.Itoa(96<<20) || !strings.HasPrefix(cpu, "75000") {
+		t.Errorf("after the resize the container sees memory %s, cpu %s; want %d, 75000", mem, cpu, 96<<20)
+	}
+	time.Sleep(time.Second)
+	st, err := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := st.ContainerStatuses[0]; after.ContainerID != before.ContainerID || after.RestartCount != 0 {
+		t.Errorf("container %s (restarts %d) after the resize, was %s: want the same, not restarted", after.ContainerID, after.RestartCount, before.ContainerID)
+	}
+
+	restart := grown.DeepCopy()
+	restart.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	restart.Spec.Containers[0].Resources.Limits = limits("128Mi", "750m")
+	restart.Spec.Containers[0].Resources.Requests = limits("128Mi", "750m")
+	if err := p.UpdatePod(ctx, restart); !errdefs.IsInvalidInput(err) {
+		t.Errorf("a resize needing a restart: %v; want InvalidInput", err)
+	}
+	if mem, _ := cgroup(); mem != strconv.Itoa(96<<20) {
+		t.Errorf("after the refused resize the container sees memory %s; want %d still", mem, 96<<20)
+	}
+}
