@@ -224,3 +224,18 @@ func BenchmarkWithStatus(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkResourcesSpec: what a status check of a provider that resizes in
+// place adds, reading the containers' resources from the cached pod.
+func BenchmarkResourcesSpec(b *testing.B) {
+	cp, err := compact(benchPod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := cp.resourcesSpec(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -105,7 +105,10 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		}
 		c.statusQueue.AddAfter(key, left) // an earlier check of the same pod is kept
 	}
-	var running *corev1.PodSpec // p has no containers (withStatus)
+	// The resources in effect, for a provider that resizes in place: as the
+	// API's status says them (p has no containers: withStatus), unless it does
+	// not yet or the spec changed since.
+	var running *corev1.PodSpec
 	if c.resizesInPlace() {
 		from := cached
 		if st.lastPod != nil && st.lastPod.specHash != cached.specHash {
@@ -113,8 +116,10 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			// the status tells the resources the provider runs.
 			from = st.lastPod
 		}
-		if running, err = from.resourcesSpec(); err != nil {
-			return err
+		if from != cached || !reportsResources(&p.Status) {
+			if running, err = from.resourcesSpec(); err != nil {
+				return err
+			}
 		}
 	}
 	if err := c.writeStatusRunning(ctx, p, status, running); err != nil {

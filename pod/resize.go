@@ -188,7 +188,7 @@ func (c *Controller) updateWithResize(ctx context.Context, p, last *corev1.Pod, 
 // in place (of.running set) or a pod with a record, the resources each
 // container runs with, in allocatedResources and, unless the provider reports
 // its own, resources.
-func resizeStatus(out *corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) {
+func resizeStatus(current, out *corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) {
 	rs := of.resize
 	if rs != nil && rs.refused != nil {
 		out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
@@ -198,20 +198,18 @@ func resizeStatus(out *corev1.PodStatus, fromProvider *corev1.PodStatus, of stat
 	} else if findCondition(fromProvider.Conditions, corev1.PodResizePending) == nil {
 		out.Conditions = removeCondition(out.Conditions, corev1.PodResizePending)
 	}
-	if rs == nil && of.running == nil {
-		return
-	}
-	fill := func(cs []corev1.ContainerStatus, spec []corev1.Container) {
+	fill := func(cs, was []corev1.ContainerStatus, spec []corev1.Container) {
 		for i := range cs {
-			res, ok := runningResources(cs[i].Name, spec, rs)
-			if !ok {
+			if fromProviderReports(fromProvider, cs[i].Name) {
 				continue
 			}
-			// Shared with the decoded pod or the record, which nothing changes:
-			// the status is only encoded.
-			cs[i].AllocatedResources = res.Requests
-			if !fromProviderReports(fromProvider, cs[i].Name) {
-				cs[i].Resources = &res
+			// Shared with the decoded pod, the record or the API's status,
+			// which nothing changes: the status is only encoded.
+			if res, ok := runningResources(cs[i].Name, spec, rs); ok {
+				cs[i].AllocatedResources, cs[i].Resources = res.Requests, &res
+			} else if w := findContainerStatus(was, cs[i].Name); w != nil {
+				// Nothing changed since the API's status was written: as it says.
+				cs[i].AllocatedResources, cs[i].Resources = w.AllocatedResources, w.Resources
 			}
 		}
 	}
@@ -219,12 +217,12 @@ func resizeStatus(out *corev1.PodStatus, fromProvider *corev1.PodStatus, of stat
 	if of.running != nil {
 		init, app = of.running.InitContainers, of.running.Containers
 	}
-	fill(out.InitContainerStatuses, init)
-	fill(out.ContainerStatuses, app)
+	fill(out.InitContainerStatuses, current.InitContainerStatuses, init)
+	fill(out.ContainerStatuses, current.ContainerStatuses, app)
 }
 
 // runningResources are the resources container name runs with: the record's,
-// else the spec's.
+// else the spec's, if either is known.
 func runningResources(name string, spec []corev1.Container, rs *resizeState) (corev1.ResourceRequirements, bool) {
 	if rs != nil {
 		res, ok := rs.allocated[name]
@@ -236,6 +234,22 @@ func runningResources(name string, spec []corev1.Container, rs *resizeState) (co
 		}
 	}
 	return corev1.ResourceRequirements{}, false
+}
+
+// reportsResources reports whether every container status of s carries the
+// resources in effect: a status check then need not read them from the spec.
+func reportsResources(s *corev1.PodStatus) bool {
+	if len(s.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, list := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
+		for i := range list {
+			if list[i].Resources == nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // fromProviderReports reports whether the provider's status gives container

@@ -60,6 +60,15 @@ func TestTheStatusSaysWhatRunsAndWhatIsPending(t *testing.T) {
 		out.ContainerStatuses[0].AllocatedResources.Cpu().String() != "100m" {
 		t.Errorf("container status %+v; want 100m allocated and in effect", out.ContainerStatuses[0])
 	}
+	// Nothing changed since: the API's status says it, and a check that did not
+	// read the spec keeps it.
+	if !reportsResources(&out) {
+		t.Fatalf("status %+v does not report its resources", out)
+	}
+	again := mergeStatus(out, fromProvider, statusSpec{})
+	if r := again.ContainerStatuses[0].Resources; r == nil || r.Requests.Cpu().String() != "100m" {
+		t.Errorf("container status %+v; want the API's 100m kept", again.ContainerStatuses[0])
+	}
 	// A refused resize: pending, with what still runs.
 	rs := &resizeState{allocated: resourcesOf(cpuPod("100m")), refused: resourcesOf(cpuPod("300m")), why: "cannot", since: t1}
 	grown := cpuPod("300m").Spec

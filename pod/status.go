@@ -70,7 +70,7 @@ func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, of st
 	if ready != nil {
 		out.Conditions = upsertCondition(out.Conditions, of.observed(gatedReady(*ready, of.gates, out.Conditions)))
 	}
-	resizeStatus(&out, fromProvider, of)
+	resizeStatus(&current, &out, fromProvider, of)
 	return out
 }
 
