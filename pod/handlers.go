@@ -155,10 +155,7 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
 	key := keyOf(p)
 	of := specOf(p)
-	of.resize = c.state.resizeOf(key)
-	if c.resizesInPlace() {
-		of.running = running
-	}
+	of.resize, of.running = c.state.resizeOf(key), running
 	desired := mergeStatus(p.Status, fromProvider, of)
 	finishedNotReady(&p.Status, &desired, metav1.NewTime(c.clock.Now()))
 	patch, err := statusPatch(p.UID, &p.Status, &desired)

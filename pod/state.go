@@ -2,6 +2,7 @@ package pod
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,10 @@ type stateStore struct {
 	// their podState: few pods have one, and a field would make every pod's
 	// state a size class larger.
 	resizes map[string]*resizeState
+	// resized counts the records, read without the lock: every status write
+	// looks a record up, and nearly all pods have none, so that lookup need not
+	// take the store's lock, which the workers all share.
+	resized atomic.Int32
 }
 
 type keyLock struct {
@@ -164,6 +169,10 @@ func (s *stateStore) keys() []string {
 // resizeOf returns the resize record of key (nil if none): records are never
 // changed, so it may be read after the lock is released.
 func (s *stateStore) resizeOf(key string) *resizeState {
+	if s.resized.Load() == 0 {
+		// A record of key is set under key's lock, which the caller holds.
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.resizes[key]
@@ -182,10 +191,12 @@ func (s *stateStore) setResizeLocked(key string, rs *resizeState) {
 		if len(s.resizes) == 0 {
 			s.resizes = nil
 		}
+		s.resized.Store(int32(len(s.resizes)))
 		return
 	}
 	if s.resizes == nil {
 		s.resizes = map[string]*resizeState{}
 	}
 	s.resizes[key] = rs
+	s.resized.Store(int32(len(s.resizes)))
 }
