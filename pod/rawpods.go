@@ -116,16 +116,18 @@ func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, in
 		l = &rawPodList{}
 	}
 	*l = rawPodList{}
-	var err error
-	apiwire.EachField(raw, func(num protowire.Number, whole []byte) bool {
+	err := walk(raw, func(num protowire.Number, whole []byte) error {
+		if (num == listMetadataField || num == listItemsField) && !lengthDelimited(whole) {
+			return fmt.Errorf("field %d is not length-delimited", num)
+		}
 		switch num {
 		case listMetadataField:
-			err = l.ListMeta.Unmarshal(apiwire.Value(whole))
+			return l.ListMeta.Unmarshal(apiwire.Value(whole))
 		case listItemsField:
 			l.Items = append(l.Items, rawPod{})
-			err = l.Items[len(l.Items)-1].decode(apiwire.Value(whole))
+			return l.Items[len(l.Items)-1].decode(apiwire.Value(whole))
 		}
-		return err == nil
+		return nil
 	})
 	if err != nil {
 		return nil, gvk, fmt.Errorf("decoding a PodList: %w", err)
@@ -158,12 +160,29 @@ func (d watchEventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind
 		return d.Serializer.Decode(data, defaults, into)
 	}
 	*ev = metav1.WatchEvent{}
+	// Read as the generated decoder reads it: a field met twice takes its last
+	// value, and a known field of the wrong wire type is an error.
 	err := walk(data, func(num protowire.Number, whole []byte) error {
 		switch num {
 		case watchEventTypeField:
+			if !lengthDelimited(whole) {
+				return fmt.Errorf("the event's type is not length-delimited")
+			}
 			ev.Type = eventType(apiwire.Value(whole))
 		case watchEventObjectField:
-			ev.Object.Raw = apiwire.Field(apiwire.Value(whole), rawExtensionRawField)
+			if !lengthDelimited(whole) {
+				return fmt.Errorf("the event's object is not length-delimited")
+			}
+			return walk(apiwire.Value(whole), func(num protowire.Number, whole []byte) error {
+				if num != rawExtensionRawField {
+					return nil
+				}
+				if !lengthDelimited(whole) {
+					return fmt.Errorf("the event's object is not length-delimited")
+				}
+				ev.Object.Raw = apiwire.Value(whole)
+				return nil
+			})
 		}
 		return nil
 	})
@@ -171,6 +190,13 @@ func (d watchEventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind
 		return nil, nil, fmt.Errorf("reading a watch event: %w", err)
 	}
 	return ev, &schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: "WatchEvent"}, nil
+}
+
+// lengthDelimited reports whether the field whole (tag included) has the wire
+// type of bytes, strings and messages.
+func lengthDelimited(whole []byte) bool {
+	_, typ, n := protowire.ConsumeTag(whole)
+	return n > 0 && typ == protowire.BytesType
 }
 
 // eventType is t as a string, one of the constants for the known types: no
@@ -198,6 +224,9 @@ func (p *rawPod) decode(pod []byte) error {
 		if num != podMetadataField {
 			size += len(whole)
 			return nil
+		}
+		if !lengthDelimited(whole) {
+			return fmt.Errorf("the pod's metadata is not length-delimited")
 		}
 		kept, light, err := metadataSizes(apiwire.Value(whole))
 		size += protowire.SizeTag(podMetadataField) + protowire.SizeBytes(kept)
@@ -244,6 +273,10 @@ func metadataSizes(meta []byte) (kept, light int, err error) {
 	err = walk(meta, func(num protowire.Number, whole []byte) error {
 		switch num {
 		case metaManagedFieldsFld:
+			// Not read, but not taken whatever its form: an entry is a message.
+			if !lengthDelimited(whole) {
+				return fmt.Errorf("a managed fields entry is not length-delimited")
+			}
 		case metaLabelsField, metaOwnerRefsField, metaFinalizersField:
 			kept += len(whole)
 		default:

@@ -48,9 +48,11 @@ func Read(body io.ReadCloser, use func(data []byte) error) error {
 
 // Field numbers in apimachinery's generated.proto.
 const (
-	unknownTypeMetaField = 1 // runtime.Unknown
-	unknownRawField      = 2
-	typeMetaKindField    = 2 // runtime.TypeMeta
+	unknownTypeMetaField    = 1 // runtime.Unknown
+	unknownRawField         = 2
+	unknownContentTypeField = 4 // the last of its fields
+	typeMetaAPIVersionField = 1 // runtime.TypeMeta
+	typeMetaKindField       = 2
 )
 
 // magic starts every protobuf-encoded object the API server sends.
@@ -58,22 +60,57 @@ const magic = "k8s\x00"
 
 // Envelope returns the kind and the encoding of the object in a protobuf
 // envelope (the magic number, then a runtime.Unknown), both parts of data; ok
-// is false if data is not one (JSON, for a client configured for it).
+// is false if data is not one (JSON, for a client configured for it) or is not
+// a well-formed one. It reads the envelope as its generated decoder does: of a
+// field met twice, the last wins.
 func Envelope(data []byte) (kind, raw []byte, ok bool) {
 	rest, found := bytes.CutPrefix(data, []byte(magic))
 	if !found {
 		return nil, nil, false
 	}
+	read, wellFormed := 0, true
 	EachField(rest, func(num protowire.Number, whole []byte) bool {
+		read += len(whole)
+		// All four fields of a runtime.Unknown are length-delimited.
+		if num >= unknownTypeMetaField && num <= unknownContentTypeField && !isBytes(whole) {
+			wellFormed = false
+			return false
+		}
 		switch num {
 		case unknownTypeMetaField:
-			kind = Field(Value(whole), typeMetaKindField)
+			wellFormed = eachBytesField(Value(whole), typeMetaKindField, func(v []byte) { kind = v })
 		case unknownRawField:
 			raw, ok = Value(whole), true
 		}
-		return true
+		return wellFormed
 	})
+	if !wellFormed || read != len(rest) {
+		return nil, nil, false
+	}
 	return kind, raw, ok
+}
+
+// isBytes reports whether the field whole (tag included) is length-delimited.
+func isBytes(whole []byte) bool {
+	_, typ, n := protowire.ConsumeTag(whole)
+	return n > 0 && typ == protowire.BytesType
+}
+
+// eachBytesField calls fn with the value of each field num of a TypeMeta,
+// msg; false if msg is not well formed or one of its fields (both strings) is
+// not length-delimited.
+func eachBytesField(msg []byte, num protowire.Number, fn func(v []byte)) bool {
+	read, ok := 0, true
+	EachField(msg, func(n protowire.Number, whole []byte) bool {
+		read += len(whole)
+		if n == typeMetaAPIVersionField || n == typeMetaKindField {
+			if ok = isBytes(whole); ok && n == num {
+				fn(Value(whole))
+			}
+		}
+		return ok
+	})
+	return ok && read == len(msg)
 }
 
 // EachField calls fn with the number and the whole encoding (tag included) of

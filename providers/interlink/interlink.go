@@ -330,8 +330,12 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		rec := p.pods[k]
 		var changed *corev1.Pod
 		if rec != nil && string(rec.Pod.UID) == st.UID {
-			next := podPhase(rec.Pod, st, rec.Status)
-			if rec.Status == nil || !equalStatus(rec.Status, next) {
+			next, err := podPhase(rec.Pod, st, rec.Status)
+			if err != nil {
+				// The pod keeps the status it had; the plugin is asked again
+				// at the next poll.
+				p.log.Warn("interlink plugin: ignoring a status answer", "pod", k, "error", err)
+			} else if rec.Status == nil || !equalStatus(rec.Status, next) {
 				rec.Status = next
 				changed = rec.Pod.DeepCopy()
 				changed.Status = *next.DeepCopy()

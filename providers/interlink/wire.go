@@ -1,6 +1,8 @@
 package interlink
 
 import (
+	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,7 +122,15 @@ func filesOf(v *provider.VolumeContents) []provider.VolumeFile {
 // podPhase is the pod status the plugin's container statuses amount to, as the
 // kubelet derives a phase: Running while a container runs, Succeeded or Failed
 // once all have terminated (by exit codes and the restart policy), Pending before.
-func podPhase(pod *corev1.Pod, st podStatus, prev *corev1.PodStatus) *corev1.PodStatus {
+// An answer that names a container the pod does not have, or one twice, is an
+// error: counted as it is, it could make a pod Succeeded that never ran.
+func podPhase(pod *corev1.Pod, st podStatus, prev *corev1.PodStatus) (*corev1.PodStatus, error) {
+	if err := checkContainerStatuses(pod.Spec.Containers, st.Containers); err != nil {
+		return nil, err
+	}
+	if err := checkContainerStatuses(pod.Spec.InitContainers, st.InitContainers); err != nil {
+		return nil, fmt.Errorf("init containers: %w", err)
+	}
 	out := &corev1.PodStatus{ContainerStatuses: st.Containers, InitContainerStatuses: st.InitContainers, Message: "job " + st.JID}
 	if prev != nil {
 		out.StartTime = prev.StartTime
@@ -161,5 +171,21 @@ func podPhase(pod *corev1.Pod, st podStatus, prev *corev1.PodStatus) *corev1.Pod
 	}
 	out.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}, {Type: corev1.ContainersReady, Status: ready},
 		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
-	return out
+	return out, nil
+}
+
+// checkContainerStatuses says what is wrong with a plugin's statuses of the
+// containers spec: each names one of them, none twice.
+func checkContainerStatuses(spec []corev1.Container, statuses []corev1.ContainerStatus) error {
+	seen := make(map[string]bool, len(statuses))
+	for _, c := range statuses {
+		if !slices.ContainsFunc(spec, func(s corev1.Container) bool { return s.Name == c.Name }) {
+			return fmt.Errorf("the plugin reports container %q, which the pod does not have", c.Name)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("the plugin reports container %q twice", c.Name)
+		}
+		seen[c.Name] = true
+	}
+	return nil
 }
