@@ -78,7 +78,7 @@ func Setup(ctx context.Context, cfg Config) (trace.TracerProvider, func(context.
 	}
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithBatcher(exp, batch...),
-		sdktrace.WithResource(resource.NewSchemaless(resourceAttributes(cfg)...)),
+		sdktrace.WithResource(resource.NewSchemaless(resourceAttributes(cfg, fromEnv(ctx))...)),
 	}
 	if cfg.SamplingRatio >= 0 {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SamplingRatio))))
@@ -87,22 +87,48 @@ func Setup(ctx context.Context, cfg Config) (trace.TracerProvider, func(context.
 	return tp, tp.Shutdown, nil
 }
 
-// resourceAttributes are the attributes of the spans' resource: the extra ones,
-// then the service and node names, which win.
-func resourceAttributes(cfg Config) []attribute.KeyValue {
+// fromEnv is what OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME say of the
+// spans' resource, as the SDK reads them (a malformed entry is left out).
+func fromEnv(ctx context.Context) []attribute.KeyValue {
+	r, _ := resource.New(ctx, resource.WithFromEnv())
+	if r == nil {
+		return nil
+	}
+	return r.Attributes()
+}
+
+// resourceAttributes are the attributes of the spans' resource: those of the
+// environment, then the configuration's, then the service and node names,
+// which win. The service name is the configuration's, else the environment's
+// (OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES), else
+// "vkubelet".
+func resourceAttributes(cfg Config, env []attribute.KeyValue) []attribute.KeyValue {
 	service := cfg.ServiceName
+	attrs := map[string]string{}
+	for _, kv := range env {
+		if kv.Key == "service.name" {
+			if service == "" {
+				service = kv.Value.Emit()
+			}
+			continue
+		}
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
 	if service == "" {
 		service = "vkubelet"
 	}
-	keys := make([]string, 0, len(cfg.Attributes))
-	for k := range cfg.Attributes {
+	for k, v := range cfg.Attributes {
+		attrs[k] = v
+	}
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	var out []attribute.KeyValue
 	for _, k := range keys {
 		if k != "service.name" && k != "k8s.node.name" {
-			out = append(out, attribute.String(k, cfg.Attributes[k]))
+			out = append(out, attribute.String(k, attrs[k]))
 		}
 	}
 	return append(out, attribute.String("service.name", service), attribute.String("k8s.node.name", cfg.NodeName))

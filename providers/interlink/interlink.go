@@ -175,6 +175,7 @@ func (p *Provider) request(ctx context.Context, method, path string, body any) (
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	providerutil.InjectTraceHeaders(ctx, req.Header)
 	if p.cfg.TokenFile != "" {
 		tok, err := os.ReadFile(p.cfg.TokenFile) // read each time: tokens are rotated
 		if err != nil {

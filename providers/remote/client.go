@@ -120,8 +120,10 @@ func New(ctx context.Context, cfg Config, nodeName string, log *slog.Logger) (*C
 	if !strings.Contains(target, "://") {
 		target = "passthrough:///" + target
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))},
+		providerutil.TraceDialOptions()...)
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("remote provider %s: %w", cfg.Endpoint, err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 	pb "github.com/vkubelet/vkubelet/providers/remote/api/v1alpha1"
 )
 
@@ -64,7 +65,7 @@ type ServeOptions struct {
 
 // Serve serves s on l until ctx ends, then stops, letting calls in flight end.
 func (s *Server) Serve(ctx context.Context, l net.Listener, o ServeOptions) error {
-	var opts []grpc.ServerOption
+	opts := providerutil.TraceServerOptions()
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(o.TLS))
 	}
