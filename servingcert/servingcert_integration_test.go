@@ -14,13 +14,8 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/vkubelet/vkubelet/internal/controlplane"
 	"github.com/vkubelet/vkubelet/internal/testenv"
@@ -30,42 +25,6 @@ import (
 func TestMain(m *testing.M) {
 	// The controller-manager signs kubelet-serving certificates.
 	testenv.Main(m, controlplane.Config{ControllerManager: true})
-}
-
-// csrMaker is a client of a ServiceAccount allowed only to create and read CSRs.
-func csrMaker(t *testing.T, ns string) kubernetes.Interface {
-	t.Helper()
-	c := testenv.Client(t)
-	ctx := context.Background()
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "csr-maker"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "csr-maker-" + ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get"}}}}
-	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "csr-maker"}}}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
-	})
-	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "csr-maker", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(testenv.ControlPlane(t).RESTConfig)
-	cfg.BearerToken = tr.Status.Token
-	sa, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sa
 }
 
 // TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity is the probe's finding:
@@ -92,7 +51,8 @@ func TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := csrMaker(t, ns).CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+	_, maker := testenv.CSRCreator(t, ns, "csr-maker")
+	foreign, err := maker.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "foreign-"},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),

@@ -40,7 +40,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "vkubelet")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	// The flags of `make build`, so the two share one compilation.
+	build := exec.Command("go", "build", "-trimpath", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building vkubelet: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -372,6 +375,21 @@ func (u *upProcess) checkNodeIdentity(t *testing.T, node string) {
 	}
 }
 
+// checkBootstrapConfined checks that up's bootstrap token, the node's only
+// credential before its identity, can obtain no other node's certificates.
+func (u *upProcess) checkBootstrapConfined(t *testing.T) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(u.dir, "bootstrap.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckCannotBecomeAnotherNode(t, stolen, "victim-node", "10.9.9.9")
+}
+
 // stop sends SIGTERM and checks that nothing `up` started outlives it.
 func (u *upProcess) stop(t *testing.T) {
 	t.Helper()
@@ -414,6 +432,7 @@ func TestUpPrintsKubeconfigAndRunsPods(t *testing.T) {
 	u := startUp(t)
 	u.run(t, "hello")
 	u.checkNodeIdentity(t, "vkubelet")
+	u.checkBootstrapConfined(t)
 	if err := netns.Available(); err != nil {
 		t.Logf("not checking kubectl top: up runs metrics-server only with --netns (%v)", err)
 	} else {

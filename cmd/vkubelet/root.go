@@ -180,7 +180,7 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		RunE:         f.run,
 	}
 	f.register(cmd.Flags())
-	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand())
+	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand(), newApproverCommand())
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/clusternet"
 	"github.com/vkubelet/vkubelet/internal/controlplane"
@@ -154,14 +156,12 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			if cfg.BootstrapKubeconfig, err = cp.NodeBootstrapKubeconfig(ctx, "", 24*time.Hour); err != nil {
 				return err
 			}
-			// The node asks the cluster for its serving certificate; `up`, the
-			// admin of this throw-away cluster, approves that CSR (and only the
-			// node's own) with its credential, which the node's identity lacks.
-			// The API server verifies the certificate against the cluster CA, and
-			// the kubelet API trusts the API server's client certificate from the
-			// same CA.
-			cfg.ApproveServingCSR = true
-			cfg.ServingCSRApprover = cp.RESTConfig
+			// The node asks the cluster for its serving certificate too. Both
+			// requests are approved by the approver started below, for these
+			// nodes' names and address alone: the bootstrap token can obtain
+			// nothing else. The API server verifies the serving certificate
+			// against the cluster CA, and the kubelet API trusts the API
+			// server's client certificate from the same CA.
 			cfg.CertDir = filepath.Join(dir, "node-pki")
 			cfg.ClientCAFile = cp.PKI.CACert
 			cfg.Logger = log
@@ -195,6 +195,21 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				log.Warn("the node's address is 127.0.0.1: logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it; run as root for --netns")
 				log.Warn("kubectl top is unavailable: metrics-server runs only with --netns, as the API server will not proxy metrics.k8s.io to a loopback address")
 			}
+			names := make([]string, len(configs))
+			for i, c := range configs {
+				names[i] = c.NodeName
+			}
+			nodeIP := "127.0.0.1"
+			if link != nil {
+				nodeIP = link.NodeIP
+			}
+			prefix, err := netip.ParsePrefix(nodeIP + "/32")
+			if err != nil {
+				return fmt.Errorf("the node's address %q: %w", nodeIP, err)
+			}
+			if err := cp.RunNodeApprover(ctx, names, csrapprover.CIDRs{prefix}, log); err != nil {
+				return fmt.Errorf("starting the node CSR approver: %w", err)
+			}
 			started := time.Now()
 			var network *clusternet.Network
 			defer func() {
@@ -205,10 +220,6 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			err = runUpNodes(ctx, configs, func() {
 				if criEnv != nil && link != nil {
 					network = startClusterNetwork(ctx, cmd.ErrOrStderr(), log, cp, link, configs[0].NodeName, criEnv.PodCIDR, dir)
-				}
-				names := make([]string, len(configs))
-				for i, c := range configs {
-					names[i] = c.NodeName
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: node %s ready in %s; stop with Ctrl-C\n",
 					strings.Join(names, ", "), time.Since(started).Round(time.Millisecond))

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/agent"
 	"github.com/vkubelet/vkubelet/internal/testenv"
 	"github.com/vkubelet/vkubelet/providers/mock"
@@ -34,6 +36,11 @@ func TestANodeRunsUnderItsOwnIdentity(t *testing.T) {
 	dir := t.TempDir()
 	bootstrap, err := cp.NodeBootstrapKubeconfig(ctx, filepath.Join(dir, "bootstrap.kubeconfig"), time.Hour)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The bootstrap token may create CSRs, not have them approved: the node's
+	// are approved by the approver for this node's name and address.
+	if err := cp.RunNodeApprover(t.Context(), []string{node}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	nodeKubeconfig := filepath.Join(dir, "node.kubeconfig")
@@ -59,7 +66,7 @@ func TestANodeRunsUnderItsOwnIdentity(t *testing.T) {
 		t.Fatalf("the node authenticates as %q %v, want system:node:%s in system:nodes", u.Username, u.Groups, node)
 	}
 	// Its certificate came from a kube-apiserver-client-kubelet CSR that the
-	// controller-manager approved.
+	// approver approved and the controller-manager signed.
 	csrs, err := c.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

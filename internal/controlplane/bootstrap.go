@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
 // BootstrapGroup is the extra group of the bootstrap tokens NodeBootstrapKubeconfig
@@ -20,19 +23,22 @@ import (
 const BootstrapGroup = "system:bootstrappers:vkubelet"
 
 // nodeBootstrapBindings are what a cluster admin grants for the kubelet's TLS
-// bootstrap (as kubeadm does): bootstrap tokens may create node-client CSRs, which
-// kube-controller-manager's approver then approves, and nodes may renew their own.
+// bootstrap: bootstrap tokens may create CSRs, and nodes may have
+// kube-controller-manager approve the renewals of their own identities. Unlike
+// kubeadm's, they do not let kube-controller-manager approve a bootstrap token's
+// request for a node identity (the nodeclient right), which it would do for any
+// node name: RunNodeApprover approves the names of this cluster's virtual nodes
+// and denies the tokens anything else.
 var nodeBootstrapBindings = []struct{ name, role, group string }{
 	{"vkubelet:node-bootstrapper", "system:node-bootstrapper", BootstrapGroup},
-	{"vkubelet:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", BootstrapGroup},
 	{"vkubelet:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"},
 }
 
 // NodeBootstrapKubeconfig prepares the cluster for nodes' TLS bootstrap and writes
 // a bootstrap kubeconfig to path (default: in the control plane's directory): a new
 // bootstrap token valid for ttl, and the role bindings above (kept if they exist).
-// The CSRs are approved and signed by kube-controller-manager, so the control plane
-// must run it.
+// The CSRs are approved by RunNodeApprover and signed by kube-controller-manager,
+// so the control plane must run it.
 func (cp *ControlPlane) NodeBootstrapKubeconfig(ctx context.Context, path string, ttl time.Duration) (string, error) {
 	if !cp.cfg.ControllerManager {
 		return "", fmt.Errorf("TLS bootstrap needs kube-controller-manager (Config.ControllerManager) to approve and sign node CSRs")
@@ -79,6 +85,30 @@ func (cp *ControlPlane) NodeBootstrapKubeconfig(ctx context.Context, path string
 		return "", fmt.Errorf("writing %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// RunNodeApprover approves, until ctx ends, the certificate requests that the
+// holders of NodeBootstrapKubeconfig's tokens send for the nodes names (and
+// those nodes' own renewals and serving certificates for servingIPs), with the
+// control plane's admin credential; it denies the tokens anything else
+// (package csrapprover). It returns once the approver has started.
+func (cp *ControlPlane) RunNodeApprover(ctx context.Context, names []string, servingIPs csrapprover.IPSet, log *slog.Logger) error {
+	c, err := cp.Client()
+	if err != nil {
+		return err
+	}
+	ctrl, err := csrapprover.NewController(csrapprover.Config{Client: c, Logger: log, Policy: csrapprover.Policy{
+		Names: names, RequesterGroups: []string{BootstrapGroup}, ServingIPs: servingIPs,
+	}})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := ctrl.Run(ctx, 2); err != nil && ctx.Err() == nil && log != nil {
+			log.Error("the node CSR approver stopped", "error", err)
+		}
+	}()
+	return nil
 }
 
 // randomToken is n characters of [a-z0-9], the alphabet of bootstrap tokens,

@@ -1,0 +1,221 @@
+package csrapprover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	certificateslisters "k8s.io/client-go/listers/certificates/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Config is what a Controller needs.
+type Config struct {
+	// Client approves and denies CSRs; it needs get/list/watch on
+	// certificatesigningrequests, update on their approval, approve on the two
+	// node signers, and create on Events.
+	Client kubernetes.Interface
+	Policy Policy
+	// PodNamespace and PodSelector, when the selector is set, add the addresses
+	// of those pods (the install's own node processes) to Policy.ServingIPs:
+	// a node's serving certificate may then name the address it really runs at,
+	// which no holder of the install's credentials can change. Needs list/watch
+	// on pods in PodNamespace.
+	PodNamespace string
+	PodSelector  labels.Selector
+	Logger       *slog.Logger
+}
+
+// Controller approves the install's node CSRs as its Policy says. Its loop is
+// client-go's: an informer of CSRs feeds a rate-limited queue of names; a worker
+// decides on the CSR as it is now, never as the event that woke it said.
+type Controller struct {
+	client kubernetes.Interface
+	policy Policy
+	log    *slog.Logger
+	// csrs lists the cluster's CSRs; csrsSynced says the first list is in.
+	csrs       certificateslisters.CertificateSigningRequestLister
+	csrsSynced cache.InformerSynced
+	// podsSynced is nil without Config.PodSelector.
+	podsSynced cache.InformerSynced
+	factories  []informers.SharedInformerFactory
+	queue      workqueue.TypedRateLimitingInterface[string]
+	recorder   record.EventRecorder
+	events     record.EventBroadcaster
+}
+
+// NewController returns a controller; Run starts it.
+func NewController(cfg Config) (*Controller, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("csr approver: a client is required")
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	f := informers.NewSharedInformerFactory(cfg.Client, 0)
+	csrInformer := f.Certificates().V1().CertificateSigningRequests()
+	c := &Controller{
+		client: cfg.Client, policy: cfg.Policy, log: cfg.Logger,
+		csrs: csrInformer.Lister(), csrsSynced: csrInformer.Informer().HasSynced,
+		factories: []informers.SharedInformerFactory{f},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csr-approver"}),
+		events: record.NewBroadcaster(),
+	}
+	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vkubelet-csr-approver"})
+	if cfg.PodSelector != nil && !cfg.PodSelector.Empty() {
+		pf := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.PodNamespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.PodSelector.String() }))
+		pods := pf.Core().V1().Pods()
+		c.podsSynced = pods.Informer().HasSynced
+		c.policy.ServingIPs = AnyOf{c.policy.ServingIPs, podIPs{lister: pods.Lister().Pods(cfg.PodNamespace), selector: cfg.PodSelector}}
+		c.factories = append(c.factories, pf)
+	}
+	_, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !ok || decided(csr) {
+		return
+	}
+	c.queue.Add(csr.Name)
+}
+
+// Run decides on CSRs until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.queue.ShutDown()
+	c.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+	defer c.events.Shutdown()
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+	defer func() {
+		for _, f := range c.factories {
+			f.Shutdown()
+		}
+	}()
+	synced := []cache.InformerSynced{c.csrsSynced}
+	if c.podsSynced != nil {
+		synced = append(synced, c.podsSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("csr approver: caches not synced: %w", ctx.Err())
+	}
+	c.log.Info("approving the CSRs of this install's nodes", "names", c.policy.Names, "prefixes", c.policy.Prefixes,
+		"requesters", c.policy.Requesters, "requesterGroups", c.policy.RequesterGroups)
+	for range max(workers, 1) {
+		go c.runWorker(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	name, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.syncHandler(ctx, name); err != nil {
+		c.log.Debug("deciding on a CSR; will retry", "csr", name, "error", err)
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+// syncHandler decides on the CSR name as the cache holds it now.
+func (c *Controller) syncHandler(ctx context.Context, name string) error {
+	csr, err := c.csrs.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d := c.policy.Decide(csr)
+	if d.Verdict == Ignore {
+		return nil
+	}
+	csr = csr.DeepCopy()
+	cond := certificatesv1.CertificateSigningRequestCondition{
+		Status: corev1.ConditionTrue, Message: d.Reason, LastUpdateTime: metav1.Now(),
+	}
+	if d.Verdict == Approve {
+		cond.Type, cond.Reason = certificatesv1.CertificateApproved, "VkubeletApproved"
+	} else {
+		cond.Type, cond.Reason = certificatesv1.CertificateDenied, "VkubeletDenied"
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, cond)
+	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%s CSR %s: %w", d.Verdict, csr.Name, err)
+	}
+	if d.Verdict == Approve {
+		c.log.Info("approved a node's CSR", "csr", csr.Name, "signer", csr.Spec.SignerName, "requester", csr.Spec.Username, "reason", d.Reason)
+		c.recorder.Event(csr, corev1.EventTypeNormal, "Approved", d.Reason)
+	} else {
+		c.log.Warn("denied a CSR", "csr", csr.Name, "signer", csr.Spec.SignerName, "requester", csr.Spec.Username, "reason", d.Reason)
+		c.recorder.Event(csr, corev1.EventTypeWarning, "Denied", d.Reason)
+	}
+	return nil
+}
+
+// podIPs is the IPSet of the addresses of the install's own pods.
+type podIPs struct {
+	lister   corelisters.PodNamespaceLister
+	selector labels.Selector
+}
+
+func (s podIPs) Contains(_ string, ip net.IP) bool {
+	pods, err := s.lister.List(s.selector)
+	if err != nil {
+		return false
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodPending {
+			continue
+		}
+		for _, a := range p.Status.PodIPs {
+			if got := net.ParseIP(a.IP); got != nil && got.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
+}
