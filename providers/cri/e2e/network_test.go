@@ -84,7 +84,8 @@ func TestServicesAndClusterDNS(t *testing.T) {
 	client := busybox("client", node, env.Busybox, "exec sleep 3600")
 	// An in-cluster client, built static here and mounted into the pod.
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "incluster"), "./testdata/incluster")
+	// Static, with the flags of `make build`, whose compilation it shares.
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, "incluster"), "./testdata/incluster")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building testdata/incluster: %v: %s", err, out)
