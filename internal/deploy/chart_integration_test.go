@@ -3,6 +3,8 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +120,9 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"replicas=0", "replicas: at least 1"},
 		{"nodeName=Not_A_Name", `nodeName "Not_A_Name" is not a valid node name`},
+		{"nodes[0].name=n-%d,nodes[0].count=3", "templates (count) are not supported"},
+		{"nodes[0].name=Bad_Name", `nodes: "Bad_Name" is not a valid node name`},
+		{"kubelet.approveServingCSR=true", "kubelet.approveServingCSR is gone"},
 	} {
 		out, err := helm("template", "vk", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -206,6 +212,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		"hostNetwork": true,
 		"kubelet":     map[string]any{"port": freePort(t), "address": hostAddress(t)},
 		"healthzPort": freePort(t),
+		"approver":    map[string]any{"healthzPort": freePort(t)},
 		"nodeSelector": map[string]string{
 			"kubernetes.io/hostname": host,
 		},
@@ -229,31 +236,18 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), inner, metav1.DeleteOptions{}) })
 	waitNodeReady(t, c, inner)
 	// The node is system:node:dogfood-inner: its client certificate came from a
-	// CSR its ServiceAccount sent, approved by kube-controller-manager; its
-	// serving certificate from a CSR the node sent, approved by that account.
+	// CSR its ServiceAccount sent, its serving certificate from a CSR the node
+	// sent, both approved by the chart's approver.
 	sa := "system:serviceaccount:" + ns + ":" + release + "-vkubelet"
-	csrs, err := c.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	issued := map[string]string{}
-	for _, csr := range csrs.Items {
-		if len(csr.Status.Certificate) == 0 {
-			continue
-		}
-		for _, cond := range csr.Status.Conditions {
-			if cond.Type == "Approved" {
-				issued[csr.Spec.SignerName+" by "+csr.Spec.Username] = cond.Reason
-			}
-		}
-	}
-	for _, want := range []string{
-		"kubernetes.io/kube-apiserver-client-kubelet by " + sa,
-		"kubernetes.io/kubelet-serving by system:node:" + inner,
-	} {
-		if _, ok := issued[want]; !ok {
-			t.Errorf("no issued CSR %s; issued: %v", want, issued)
-		}
+	checkIssuedByTheApprover(t, c, sa, inner)
+
+	// A thief holding the node pod's token can obtain no other node's
+	// certificates, nor ask for any other signer's.
+	stolen := testenv.TokenClient(t, ns, release+"-vkubelet")
+	testenv.CheckCannotBecomeAnotherNode(t, stolen, "victim-node", "10.9.9.9")
+	if _, err := testenv.TryAskForNodeCertificate(t, stolen, certificatesv1.KubeAPIServerClientSignerName, "victim-node"); err == nil ||
+		!strings.Contains(err.Error(), "may ask only for node client certificates") {
+		t.Errorf("the node's account asking for a kube-apiserver-client certificate: %v, want the admission policy's refusal", err)
 	}
 
 	// A pod on the inner node, scheduled there by the scheduler.
@@ -282,11 +276,13 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		t.Errorf("the inner node's process runs as uid %s, want %d", uid, image.NonRoot)
 	}
 
-	// An upgrade with another flag restarts the node process (Recreate); the node
-	// comes back and its pod runs again.
+	// An upgrade with another flag and a NodeSet of three names restarts the
+	// node process (Recreate); the node comes back with two more, its pod runs
+	// again, and the approver issues exactly those three names.
 	before := chartPod(t, c, ns, release)
 	if out, err := helm("upgrade", release, chart, "--namespace", ns, "-f", valuesFile,
 		"--set", "extraArgs={--node-lease-duration=10s,--node-lease-renew-interval=2s,--status-poll-interval=1s,--log-level=debug}",
+		"--set", "nodes[0].name="+inner+",nodes[1].name="+inner+"-b,nodes[2].name="+inner+"-c",
 		"--wait", "--timeout", "4m"); err != nil {
 		describe(t, c, ns)
 		t.Fatalf("%v\n%s", err, out)
@@ -294,7 +290,12 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	if after := chartPod(t, c, ns, release); after.UID == before.UID || !strings.Contains(strings.Join(after.Spec.Containers[0].Args, " "), "--log-level=debug") {
 		t.Errorf("after the upgrade the node's pod is %s with args %q (before: %s)", after.UID, after.Spec.Containers[0].Args, before.UID)
 	}
-	waitNodeReady(t, c, inner)
+	for _, n := range []string{inner, inner + "-b", inner + "-c"} {
+		t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
+		waitNodeReady(t, c, n)
+		checkIssuedByTheApprover(t, c, sa, n)
+	}
+	testenv.CheckCannotBecomeAnotherNode(t, stolen, inner+"-d", "10.9.9.9")
 	waitRunning(t, c, ns, pod.Name, inner)
 
 	// Uninstall: nothing the chart made is left.
@@ -324,8 +325,50 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		collect("clusterroles", len(crs.Items), err)
 		crbs, err := c.RbacV1().ClusterRoleBindings().List(ctx, selector)
 		collect("clusterrolebindings", len(crbs.Items), err)
+		roles, err := c.RbacV1().Roles(metav1.NamespaceDefault).List(ctx, selector)
+		collect("roles in default", len(roles.Items), err)
+		vaps, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, selector)
+		collect("validatingadmissionpolicies", len(vaps.Items), err)
 		return len(left) == 0, "left after helm uninstall: " + strings.Join(left, ", ")
 	})
+}
+
+// checkIssuedByTheApprover checks that node's client certificate was asked for
+// by the bootstrap account sa, its serving certificate by the node itself, and
+// that the chart's approver approved both.
+func checkIssuedByTheApprover(t *testing.T, c kubernetes.Interface, sa, node string) {
+	t.Helper()
+	want := map[string]string{
+		certificatesv1.KubeAPIServerClientKubeletSignerName: sa,
+		certificatesv1.KubeletServingSignerName:             "system:node:" + node,
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		csrs, err := c.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		found := map[string]bool{}
+		for _, csr := range csrs.Items {
+			if len(csr.Status.Certificate) == 0 || want[csr.Spec.SignerName] != csr.Spec.Username || !asksFor(csr, node) {
+				continue
+			}
+			for _, cond := range csr.Status.Conditions {
+				found[csr.Spec.SignerName] = found[csr.Spec.SignerName] || cond.Type == certificatesv1.CertificateApproved && cond.Reason == "VkubeletApproved"
+			}
+		}
+		return len(found) == 2 && found[certificatesv1.KubeAPIServerClientKubeletSignerName] && found[certificatesv1.KubeletServingSignerName],
+			fmt.Sprintf("certificates of node %s approved by the chart's approver: %v", node, found)
+	})
+}
+
+// asksFor reports whether csr asks for a certificate of node.
+func asksFor(csr certificatesv1.CertificateSigningRequest, node string) bool {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return false
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	return err == nil && req.Subject.CommonName == "system:node:"+node
 }
 
 func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
@@ -356,10 +399,11 @@ func waitRunning(t *testing.T, c kubernetes.Interface, ns, name, node string) {
 	})
 }
 
-// chartPod is the release's one pod.
+// chartPod is the release's one node pod.
 func chartPod(t *testing.T, c kubernetes.Interface, ns, release string) *corev1.Pod {
 	t.Helper()
-	pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/component=node"})
 	if err != nil {
 		t.Fatal(err)
 	}
