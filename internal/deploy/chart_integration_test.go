@@ -249,6 +249,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		!strings.Contains(err.Error(), "may ask only for node client certificates") {
 		t.Errorf("the node's account asking for a kube-apiserver-client certificate: %v, want the admission policy's refusal", err)
 	}
+	checkApproverConfined(t, c, testenv.TokenClient(t, ns, release+"-vkubelet-approver"))
 
 	// A pod on the inner node, scheduled there by the scheduler.
 	pod := &corev1.Pod{
@@ -359,6 +360,30 @@ func checkIssuedByTheApprover(t *testing.T, c kubernetes.Interface, sa, node str
 		return len(found) == 2 && found[certificatesv1.KubeAPIServerClientKubeletSignerName] && found[certificatesv1.KubeletServingSignerName],
 			fmt.Sprintf("certificates of node %s approved by the chart's approver: %v", node, found)
 	})
+}
+
+// checkApproverConfined checks what a thief holding the approver's token
+// (approver) can do: ask for no certificate at all, and approve no CSR of
+// another signer than the two node signers (a user's client certificate, here,
+// which an admin's client asked for).
+func checkApproverConfined(t *testing.T, admin, approver kubernetes.Interface) {
+	t.Helper()
+	if _, err := testenv.TryAskForNodeCertificate(t, approver, certificatesv1.KubeAPIServerClientKubeletSignerName, "victim-node"); !apierrors.IsForbidden(err) {
+		t.Errorf("the approver's account asking for a node identity: %v, want Forbidden", err)
+	}
+	name := testenv.AskForNodeCertificate(t, admin, certificatesv1.KubeAPIServerClientSignerName, "victim-node")
+	t.Cleanup(func() {
+		_ = admin.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	csr, err := approver.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Thief"})
+	if _, err := approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(context.Background(), name, csr, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the approver's account approving a kube-apiserver-client CSR: %v, want Forbidden", err)
+	}
 }
 
 // asksFor reports whether csr asks for a certificate of node.
