@@ -203,11 +203,12 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			if link != nil {
 				nodeIP = link.NodeIP
 			}
-			prefix, err := netip.ParsePrefix(nodeIP + "/32")
+			addr, err := netip.ParseAddr(nodeIP)
 			if err != nil {
 				return fmt.Errorf("the node's address %q: %w", nodeIP, err)
 			}
-			if err := cp.RunNodeApprover(ctx, names, csrapprover.CIDRs{prefix}, log); err != nil {
+			// The nodes' names and their one address: the token obtains nothing else.
+			if err := cp.RunNodeApprover(ctx, names, csrapprover.CIDRs{netip.PrefixFrom(addr, addr.BitLen())}, log); err != nil {
 				return fmt.Errorf("starting the node CSR approver: %w", err)
 			}
 			started := time.Now()
