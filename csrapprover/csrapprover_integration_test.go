@@ -8,13 +8,11 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/vkubelet/vkubelet/clientcert"
 	"github.com/vkubelet/vkubelet/csrapprover"
@@ -117,13 +115,8 @@ func TestAnInstallsNodeBootstrapsAndRenewsThroughTheApprover(t *testing.T) {
 	ns := testenv.Namespace(t)
 	user, _ := testenv.CSRCreator(t, ns, "vk-bootstrap")
 	startApprover(t, csrapprover.Policy{Names: []string{"vk-boot"}, Requesters: []string{user}})
-	tok, err := testenv.Client(t).CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "vk-bootstrap", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The node agent's bootstrap configuration: the API server and a token.
-	boot := rest.AnonymousClientConfig(testenv.ControlPlane(t).RESTConfig)
-	boot.BearerToken = tok.Status.Token
+	boot := testenv.TokenConfig(t, ns, "vk-bootstrap")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nodeCfg, err := clientcert.Start(ctx, clientcert.Config{NodeName: "vk-boot", Bootstrap: boot, Dir: t.TempDir(), WaitTimeout: time.Minute,
@@ -135,12 +128,8 @@ func TestAnInstallsNodeBootstrapsAndRenewsThroughTheApprover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	review, err := node.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if review.Status.UserInfo.Username != "system:node:vk-boot" {
-		t.Fatalf("the node is %q", review.Status.UserInfo.Username)
+	if u := testenv.User(t, node); u.Username != "system:node:vk-boot" {
+		t.Fatalf("the node is %q", u.Username)
 	}
 	renewal := testenv.AskForNodeCertificate(t, node, certificatesv1.KubeAPIServerClientKubeletSignerName, "vk-boot")
 	testenv.Eventually(t, time.Minute, func() (bool, string) {

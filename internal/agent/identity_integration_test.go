@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,11 +57,7 @@ func TestANodeRunsUnderItsOwnIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	review, err := nodeClient.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u := review.Status.UserInfo; u.Username != "system:node:"+node || !slices.Contains(u.Groups, "system:nodes") {
+	if u := testenv.User(t, nodeClient); u.Username != "system:node:"+node || !slices.Contains(u.Groups, "system:nodes") {
 		t.Fatalf("the node authenticates as %q %v, want system:node:%s in system:nodes", u.Username, u.Groups, node)
 	}
 	// Its certificate came from a kube-apiserver-client-kubelet CSR that the

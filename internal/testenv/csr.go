@@ -57,10 +57,10 @@ func CSRCreator(t testing.TB, ns, name string) (string, kubernetes.Interface) {
 	return "system:serviceaccount:" + ns + ":" + name, TokenClient(t, ns, name)
 }
 
-// TokenClient is a client of the package's control plane authenticating with a
-// new token of the ServiceAccount ns/name, as whoever holds that account's pod
-// token does.
-func TokenClient(t testing.TB, ns, name string) kubernetes.Interface {
+// TokenConfig is a configuration of the package's control plane that
+// authenticates with a new token of the ServiceAccount ns/name, as whoever holds
+// that account's pod token does.
+func TokenConfig(t testing.TB, ns, name string) *rest.Config {
 	t.Helper()
 	tok, err := Client(t).CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
@@ -68,11 +68,27 @@ func TokenClient(t testing.TB, ns, name string) kubernetes.Interface {
 	}
 	cfg := rest.AnonymousClientConfig(ControlPlane(t).RESTConfig)
 	cfg.BearerToken = tok.Status.Token
-	client, err := kubernetes.NewForConfig(cfg)
+	return cfg
+}
+
+// TokenClient is a client of TokenConfig.
+func TokenClient(t testing.TB, ns, name string) kubernetes.Interface {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(TokenConfig(t, ns, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return client
+}
+
+// User is who client authenticates as, as the API server sees it.
+func User(t testing.TB, client kubernetes.Interface) authenticationv1.UserInfo {
+	t.Helper()
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return review.Status.UserInfo
 }
 
 // AskForNodeCertificate creates, with client, a CSR for a certificate of node
