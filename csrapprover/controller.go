@@ -87,7 +87,7 @@ func NewController(cfg Config) (*Controller, error) {
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.PodSelector.String() }))
 		pods := pf.Core().V1().Pods()
 		c.podsSynced = pods.Informer().HasSynced
-		c.policy.ServingIPs = AnyOf{c.policy.ServingIPs, podIPs{lister: pods.Lister().Pods(cfg.PodNamespace), selector: cfg.PodSelector}}
+		c.policy.ServingIPs = AnyOf{c.policy.ServingIPs, podIPs{pods.Lister().Pods(cfg.PodNamespace)}}
 		c.factories = append(c.factories, pf)
 	}
 	_, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -102,7 +102,7 @@ func NewController(cfg Config) (*Controller, error) {
 
 func (c *Controller) enqueue(obj any) {
 	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
-	if !ok || decided(csr) {
+	if !ok || Decided(csr) {
 		return
 	}
 	c.queue.Add(csr.Name)
@@ -196,14 +196,14 @@ func (c *Controller) syncHandler(ctx context.Context, name string) error {
 	return nil
 }
 
-// podIPs is the IPSet of the addresses of the install's own pods.
+// podIPs is the IPSet of the addresses of the install's own pods: those its
+// lister holds, which the informer's selector chose.
 type podIPs struct {
-	lister   corelisters.PodNamespaceLister
-	selector labels.Selector
+	lister corelisters.PodNamespaceLister
 }
 
 func (s podIPs) Contains(_ string, ip net.IP) bool {
-	pods, err := s.lister.List(s.selector)
+	pods, err := s.lister.List(labels.Everything())
 	if err != nil {
 		return false
 	}

@@ -67,6 +67,28 @@ func (c CIDRs) Contains(_ string, ip net.IP) bool {
 	return false
 }
 
+// ParseCIDRs reads each of ss as a CIDR, or as an address standing for itself
+// alone.
+func ParseCIDRs(ss ...string) (CIDRs, error) {
+	var out CIDRs
+	for _, s := range ss {
+		if strings.Contains(s, "/") {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
 // AnyOf is an IPSet holding the addresses any of its sets holds.
 type AnyOf []IPSet
 
@@ -123,7 +145,7 @@ var (
 
 // Decide says what to do with csr. It reads nothing but csr and the policy.
 func (p *Policy) Decide(csr *certificatesv1.CertificateSigningRequest) Decision {
-	if decided(csr) {
+	if Decided(csr) {
 		return Decision{Ignore, "decided already"}
 	}
 	signer := csr.Spec.SignerName
@@ -232,8 +254,8 @@ func parseRequest(b []byte) (*x509.CertificateRequest, error) {
 	return req, nil
 }
 
-// decided reports whether csr was approved or denied already.
-func decided(csr *certificatesv1.CertificateSigningRequest) bool {
+// Decided reports whether csr was approved or denied already.
+func Decided(csr *certificatesv1.CertificateSigningRequest) bool {
 	for _, c := range csr.Status.Conditions {
 		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
 			return true

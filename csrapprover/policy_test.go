@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,5 +193,20 @@ func TestAPolicyThatWouldOwnTooMuchIsRefused(t *testing.T) {
 	p := testPolicy()
 	if err := p.Validate(); err != nil {
 		t.Errorf("the test policy: %v", err)
+	}
+}
+
+func TestCIDRsAreReadFromPrefixesAndAddresses(t *testing.T) {
+	got, err := ParseCIDRs("10.244.0.0/16", "10.0.0.7", "fd00::1", "10.1.2.3/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := CIDRs{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.0.0.7/32"),
+		netip.MustParsePrefix("fd00::1/128"), netip.MustParsePrefix("10.0.0.0/8")}
+	if !slices.Equal(got, want) {
+		t.Errorf("ParseCIDRs: %v, want %v", got, want)
+	}
+	if _, err := ParseCIDRs("10.0.0.300"); err == nil {
+		t.Error("a bad address was read")
 	}
 }

@@ -117,7 +117,7 @@ func (d rawPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, in
 	}
 	*l = rawPodList{}
 	err := walk(raw, func(num protowire.Number, whole []byte) error {
-		if (num == listMetadataField || num == listItemsField) && !lengthDelimited(whole) {
+		if (num == listMetadataField || num == listItemsField) && !apiwire.IsBytes(whole) {
 			return fmt.Errorf("field %d is not length-delimited", num)
 		}
 		switch num {
@@ -165,19 +165,19 @@ func (d watchEventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind
 	err := walk(data, func(num protowire.Number, whole []byte) error {
 		switch num {
 		case watchEventTypeField:
-			if !lengthDelimited(whole) {
+			if !apiwire.IsBytes(whole) {
 				return fmt.Errorf("the event's type is not length-delimited")
 			}
 			ev.Type = eventType(apiwire.Value(whole))
 		case watchEventObjectField:
-			if !lengthDelimited(whole) {
+			if !apiwire.IsBytes(whole) {
 				return fmt.Errorf("the event's object is not length-delimited")
 			}
 			return walk(apiwire.Value(whole), func(num protowire.Number, whole []byte) error {
 				if num != rawExtensionRawField {
 					return nil
 				}
-				if !lengthDelimited(whole) {
+				if !apiwire.IsBytes(whole) {
 					return fmt.Errorf("the event's object is not length-delimited")
 				}
 				ev.Object.Raw = apiwire.Value(whole)
@@ -190,13 +190,6 @@ func (d watchEventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind
 		return nil, nil, fmt.Errorf("reading a watch event: %w", err)
 	}
 	return ev, &schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: "WatchEvent"}, nil
-}
-
-// lengthDelimited reports whether the field whole (tag included) has the wire
-// type of bytes, strings and messages.
-func lengthDelimited(whole []byte) bool {
-	_, typ, n := protowire.ConsumeTag(whole)
-	return n > 0 && typ == protowire.BytesType
 }
 
 // eventType is t as a string, one of the constants for the known types: no
@@ -225,7 +218,7 @@ func (p *rawPod) decode(pod []byte) error {
 			size += len(whole)
 			return nil
 		}
-		if !lengthDelimited(whole) {
+		if !apiwire.IsBytes(whole) {
 			return fmt.Errorf("the pod's metadata is not length-delimited")
 		}
 		kept, light, err := metadataSizes(apiwire.Value(whole))
@@ -274,7 +267,7 @@ func metadataSizes(meta []byte) (kept, light int, err error) {
 		switch num {
 		case metaManagedFieldsFld:
 			// Not read, but not taken whatever its form: an entry is a message.
-			if !lengthDelimited(whole) {
+			if !apiwire.IsBytes(whole) {
 				return fmt.Errorf("a managed fields entry is not length-delimited")
 			}
 		case metaLabelsField, metaOwnerRefsField, metaFinalizersField:

@@ -116,35 +116,40 @@ func FuzzWatchEventDecode(f *testing.F) {
 func withoutManagedFields(t *testing.T, pod []byte) []byte {
 	t.Helper()
 	var out []byte
-	for b := pod; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if n < 0 || m < 0 {
-			t.Fatalf("a pod the decoder accepted does not read field by field")
-		}
+	eachWireField(t, pod, func(num protowire.Number, typ protowire.Type, whole, value []byte) {
 		if num != 1 || typ != protowire.BytesType {
-			out = append(out, b[:n+m]...)
-			b = b[n+m:]
-			continue
+			out = append(out, whole...)
+			return
 		}
-		meta, _ := protowire.ConsumeBytes(b[n:])
+		meta, _ := protowire.ConsumeBytes(value)
 		var kept []byte
-		for mb := meta; len(mb) > 0; {
-			mnum, mtyp, k := protowire.ConsumeTag(mb)
-			l := protowire.ConsumeFieldValue(mnum, mtyp, mb[k:])
-			if k < 0 || l < 0 {
-				t.Fatalf("a pod's metadata the decoder accepted does not read field by field")
+		eachWireField(t, meta, func(num protowire.Number, _ protowire.Type, whole, _ []byte) {
+			if num != 17 {
+				kept = append(kept, whole...)
 			}
-			if mnum != 17 {
-				kept = append(kept, mb[:k+l]...)
-			}
-			mb = mb[k+l:]
-		}
+		})
 		out = protowire.AppendTag(out, 1, protowire.BytesType)
 		out = protowire.AppendBytes(out, kept)
-		b = b[n+m:]
-	}
+	})
 	return out
+}
+
+// eachWireField calls fn with each field of msg: its number, wire type, whole
+// encoding and value; a message that does not read field by field fails the test.
+func eachWireField(t *testing.T, msg []byte, fn func(num protowire.Number, typ protowire.Type, whole, value []byte)) {
+	t.Helper()
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			t.Fatalf("bytes the decoder accepted do not read field by field")
+		}
+		m := protowire.ConsumeFieldValue(num, typ, msg[n:])
+		if m < 0 {
+			t.Fatalf("bytes the decoder accepted do not read field by field")
+		}
+		fn(num, typ, msg[:n+m], msg[n:n+m])
+		msg = msg[n+m:]
+	}
 }
 
 // FuzzRawPodListDecode feeds a list's encoding (the answer to the informer's

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	certificatesclient "k8s.io/client-go/kubernetes/typed/certificates/v1"
+
+	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
 // ownRequest is a CSR this node created: what the API server answered to its own
@@ -88,7 +90,7 @@ func (a *ownCSRApprover) approve(own ownRequest) {
 			a.log.Debug("reading the node's CSR; will retry", "csr", own.name, "error", err)
 			return false, nil
 		}
-		if !pending(csr) {
+		if csrapprover.Decided(csr) {
 			return true, nil // approved (by an admin, perhaps) or denied: not ours to change
 		}
 		if err := checkOwn(csr, own, a.want); err != nil {
@@ -141,15 +143,6 @@ func parseRequest(csr *certificatesv1.CertificateSigningRequest) (*x509.Certific
 		return nil, errors.New("no PEM block in spec.request")
 	}
 	return x509.ParseCertificateRequest(block.Bytes)
-}
-
-func pending(csr *certificatesv1.CertificateSigningRequest) bool {
-	for _, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
-			return false
-		}
-	}
-	return true
 }
 
 // matches reports whether req asks for the subject and addresses of want, and

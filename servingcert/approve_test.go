@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
+
+	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
 var nodeTemplate = &x509.CertificateRequest{
@@ -37,7 +39,7 @@ func approved(t *testing.T, c *fake.Clientset, name string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return !pending(csr)
+	return csrapprover.Decided(csr)
 }
 
 func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,31 +77,14 @@ func (f *approverFlags) policy() (csrapprover.Policy, error) {
 			p.Names = append(p.Names, n.Name)
 		}
 	}
-	var cidrs csrapprover.CIDRs
-	for _, s := range f.servingCIDRs {
-		prefix, err := parsePrefix(s)
-		if err != nil {
-			return p, fmt.Errorf("--serving-cidr %q: %w", s, err)
-		}
-		cidrs = append(cidrs, prefix)
+	cidrs, err := csrapprover.ParseCIDRs(f.servingCIDRs...)
+	if err != nil {
+		return p, fmt.Errorf("--serving-cidr: %w", err)
 	}
 	if len(cidrs) > 0 {
 		p.ServingIPs = cidrs
 	}
 	return p, p.Validate()
-}
-
-// parsePrefix reads a CIDR, or a single address as the prefix of that address alone.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Masked(), err
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 func (f *approverFlags) run(cmd *cobra.Command, _ []string) error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,12 +202,12 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			if link != nil {
 				nodeIP = link.NodeIP
 			}
-			addr, err := netip.ParseAddr(nodeIP)
+			// The nodes' names and their one address: the token obtains nothing else.
+			addr, err := csrapprover.ParseCIDRs(nodeIP)
 			if err != nil {
 				return fmt.Errorf("the node's address %q: %w", nodeIP, err)
 			}
-			// The nodes' names and their one address: the token obtains nothing else.
-			if err := cp.RunNodeApprover(ctx, names, csrapprover.CIDRs{netip.PrefixFrom(addr, addr.BitLen())}, log); err != nil {
+			if err := cp.RunNodeApprover(ctx, names, addr, log); err != nil {
 				return fmt.Errorf("starting the node CSR approver: %w", err)
 			}
 			started := time.Now()

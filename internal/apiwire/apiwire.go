@@ -72,7 +72,7 @@ func Envelope(data []byte) (kind, raw []byte, ok bool) {
 	EachField(rest, func(num protowire.Number, whole []byte) bool {
 		read += len(whole)
 		// All four fields of a runtime.Unknown are length-delimited.
-		if num >= unknownTypeMetaField && num <= unknownContentTypeField && !isBytes(whole) {
+		if num >= unknownTypeMetaField && num <= unknownContentTypeField && !IsBytes(whole) {
 			wellFormed = false
 			return false
 		}
@@ -90,8 +90,9 @@ func Envelope(data []byte) (kind, raw []byte, ok bool) {
 	return kind, raw, ok
 }
 
-// isBytes reports whether the field whole (tag included) is length-delimited.
-func isBytes(whole []byte) bool {
+// IsBytes reports whether the field whole (tag included) is length-delimited:
+// the wire type of bytes, strings and messages.
+func IsBytes(whole []byte) bool {
 	_, typ, n := protowire.ConsumeTag(whole)
 	return n > 0 && typ == protowire.BytesType
 }
@@ -104,7 +105,7 @@ func eachBytesField(msg []byte, num protowire.Number, fn func(v []byte)) bool {
 	EachField(msg, func(n protowire.Number, whole []byte) bool {
 		read += len(whole)
 		if n == typeMetaAPIVersionField || n == typeMetaKindField {
-			if ok = isBytes(whole); ok && n == num {
+			if ok = IsBytes(whole); ok && n == num {
 				fn(Value(whole))
 			}
 		}
