@@ -23,13 +23,13 @@ STATIC_FLAGS := -trimpath
 build: setup
 	$(STATIC) $(GO) build $(STATIC_FLAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/vkubelet ./cmd/vkubelet
 
-# The container image, without a container daemon (internal/image): a static binary
+# The container image, without a container daemon (internal/lab/image): a static binary
 # run as user 65532, written as an OCI layout archive that `ctr images import` loads
 # and `crane push bin/vkubelet-image.tar <ref>` pushes. One commit, one digest.
 IMAGE_REPO ?= ghcr.io/vkubelet/vkubelet
 image:
 	@mkdir -p $(BIN)
-	$(STATIC) $(GO) run $(STATIC_FLAGS) ./internal/image/mkimage -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
+	$(STATIC) $(GO) run $(STATIC_FLAGS) ./internal/lab/image/mkimage -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
 		-created "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" -repo $(IMAGE_REPO) -out $(BIN)/vkubelet-image.tar
 
 # deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
@@ -73,7 +73,7 @@ vet:
 # (TEST_FIRST), since most of their time is spent waiting on the processes they
 # start. scripts/test.sh prints how long each phase took.
 TEST_P ?= 4
-TEST_FIRST := ./cmd/vkubelet ./internal/fault ./internal/deploy ./providers/slurm ./internal/agent \
+TEST_FIRST := ./cmd/vkubelet ./internal/lab/fault ./internal/lab/deploy ./providers/slurm ./internal/process/agent \
 	./providers/remote ./pod ./providers/kube ./resolve ./providers/cri
 test:
 	@GO="$(GO)" TEST_P="$(TEST_P)" TEST_TIMEOUT="$(TEST_TIMEOUT)" TEST_FIRST="$(TEST_FIRST)" scripts/test.sh
@@ -84,9 +84,9 @@ test:
 FUZZTIME ?= 15s
 FUZZ_TARGETS := kubeletapi:FuzzParseLogOptions kubeletapi:FuzzRoutes kubeletapi:FuzzStreamUpgrades \
 	pod:FuzzStatusPatchAgreesWithTheStrategicMergeDiff pod:FuzzRawPodDecode pod:FuzzRawPodListDecode pod:FuzzWatchEventDecode \
-	internal/apiwire:FuzzEnvelope providers/remote:FuzzPodRequest providers/interlink:FuzzStatusAnswer \
-	internal/podpack:FuzzPackEncoded internal/podpack:FuzzUnpackEncoded internal/podpack:FuzzCondense \
-	internal/tokenpack:FuzzPack internal/tokenpack:FuzzCondense
+	internal/wire/apiwire:FuzzEnvelope providers/remote:FuzzPodRequest providers/interlink:FuzzStatusAnswer \
+	internal/compact/podpack:FuzzPackEncoded internal/compact/podpack:FuzzUnpackEncoded internal/compact/podpack:FuzzCondense \
+	internal/compact/tokenpack:FuzzPack internal/compact/tokenpack:FuzzCondense
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -13,7 +13,7 @@
 // transport re-reads the pair from that file, so connections move to a renewed
 // certificate without a restart.
 //
-// It is used by internal/agent; it knows nothing of pods or providers.
+// It is used by internal/process/agent; it knows nothing of pods or providers.
 package clientcert
 
 import (

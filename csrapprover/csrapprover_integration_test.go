@@ -16,8 +16,8 @@ import (
 
 	"github.com/vkubelet/vkubelet/clientcert"
 	"github.com/vkubelet/vkubelet/csrapprover"
-	"github.com/vkubelet/vkubelet/internal/controlplane"
-	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
 func TestMain(m *testing.M) {

@@ -14,5 +14,5 @@
 // WebSocket) is done by k8s.io/cri-streaming, the library the kubelet's runtimes use.
 //
 // The TLS certificate comes from package servingcert. The package is wired into a
-// node by internal/agent; it knows the provider contract only.
+// node by internal/process/agent; it knows the provider contract only.
 package kubeletapi

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/vkubelet/vkubelet/internal/testenv/leakcheck"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv/leakcheck"
 	"github.com/vkubelet/vkubelet/servingcert"
 )
 

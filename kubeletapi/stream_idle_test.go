@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 
-	"github.com/vkubelet/vkubelet/internal/testenv/leakcheck"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv/leakcheck"
 	"github.com/vkubelet/vkubelet/provider"
 )
 

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -248,7 +248,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer unregister()
 		synced = w.informer.HasSynced
 	} else {
-		// It retries promptly while the API server is away (cacheutil).
+		// It retries promptly while the API server is away (internal/informerutil).
 		factory := informers.NewSharedInformerFactory(c.client, 0)
 		defer func() {
 			cancel()
@@ -256,7 +256,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}()
 		informer := factory.InformerFor(&corev1.Node{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			byName := fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
-			lw := cacheutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
+			lw := informerutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
 			return cache.NewSharedIndexInformer(lw, &corev1.Node{}, resync, cache.Indexers{})
 		})
 		if err := informer.SetTransform(slimNode); err != nil {

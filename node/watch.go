@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 )
 
 // Watch is one watch of Node objects for all the nodes of a process, in place of
@@ -23,17 +23,17 @@ import (
 type Watch struct {
 	informer cache.SharedIndexInformer
 	// router hands each Node's changes to its Controller.
-	router *cacheutil.Router
+	router *informerutil.Router
 }
 
 // NewWatch builds the watch; nothing runs until Run.
 func NewWatch(client kubernetes.Interface) (*Watch, error) {
-	lw := cacheutil.ListWatchOf(client, client.CoreV1().Nodes(), nil)
+	lw := informerutil.ListWatchOf(client, client.CoreV1().Nodes(), nil)
 	informer := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
 	if err := informer.SetTransform(slimNode); err != nil {
 		return nil, fmt.Errorf("node watch: %w", err)
 	}
-	w := &Watch{informer: informer, router: cacheutil.NewRouter(nodeName)}
+	w := &Watch{informer: informer, router: informerutil.NewRouter(nodeName)}
 	if _, err := informer.AddEventHandler(w.router.Handler()); err != nil {
 		return nil, fmt.Errorf("node watch: %w", err)
 	}

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/apiwire"
-	"github.com/vkubelet/vkubelet/internal/podpack"
+	"github.com/vkubelet/vkubelet/internal/compact/podpack"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // Reasons of the conditions the node fills in, the kubelet's.

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/queuetimer"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -57,7 +57,7 @@ type Config struct {
 	// Timer, if set, keeps the delayed adds of the node's queues (retries,
 	// grace-period checks) with those of the other nodes of the process; nil:
 	// each queue keeps its own. It must run (Timer.Run) with Clock.
-	Timer *queuetimer.Timer
+	Timer *sharedtimer.Timer
 	// Source, if set, is the pod watch this node shares with the other nodes of
 	// the process; nil watches the node's own pods (ResyncPeriod is then the
 	// Source's).
@@ -103,7 +103,7 @@ type Controller struct {
 	source *Source
 	// timer keeps the queues' delayed adds: the process's, or the controller's
 	// own (ownTimer), which Run runs.
-	timer    *queuetimer.Timer
+	timer    *sharedtimer.Timer
 	ownTimer bool
 	// pods reads pods bound to our node from the informer's cache.
 	pods       podCache
@@ -220,7 +220,7 @@ func NewController(cfg Config) (*Controller, error) {
 	// Without the factory's namespace index, which nothing here reads and which
 	// costs a set entry per pod; the cache keeps pods encoded (compactTransform).
 	// Its list and watch retry promptly while the API server is away, so pods bound
-	// after an outage are seen within a second of its return (cacheutil).
+	// after an outage are seen within a second of its return (internal/informerutil).
 	lw, err := nodePodsListWatch(cfg.Client, c.rawPods, cfg.NodeName, cfg.PodWatch, c.log)
 	if err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)

@@ -14,6 +14,6 @@
 // Decisions that depend on time use an injected clock.
 //
 // The package knows the provider contract (package provider) and nothing of any
-// concrete provider. It is wired up by internal/agent; it is not the node controller
+// concrete provider. It is wired up by internal/process/agent; it is not the node controller
 // (package node), which registers the node and keeps its lease.
 package pod

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/apiwire"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // statusHandler brings the API's status of a pod up to the provider's.
@@ -206,7 +206,7 @@ func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, from
 // The API server answers with the whole pod, which is not decoded (the informer
 // brings the pod anyway, and decoding it took a tenth of the node's CPU per pod
 // start, vkubelet bench), nor copied: read into a reused buffer
-// (internal/apiwire), its encoding gives the fingerprint of the status stored
+// (internal/wire/apiwire), its encoding gives the fingerprint of the status stored
 // (cachedPod's statusHash), which patchStatus returns; 0 if not known.
 func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
 	if c.rawPods != nil {

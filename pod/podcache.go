@@ -18,13 +18,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/apiwire"
-	"github.com/vkubelet/vkubelet/internal/podpack"
+	"github.com/vkubelet/vkubelet/internal/compact/podpack"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // cachedPod is what the pod informer keeps of a pod bound to the node: the few
 // fields the event handlers and queues look at, and the whole pod packed
-// (internal/podpack: its protobuf encoding, compressed against a typical pod's),
+// (internal/compact/podpack: its protobuf encoding, compressed against a typical pod's),
 // decoded when a handler needs it. A decoded pod takes about 4 KiB of heap, its
 // encoding about 1.4 KiB and its packed form a few hundred bytes at most, and a
 // node agent holds every pod of its node for the pod's whole life, so the node's
@@ -51,7 +51,7 @@ type cachedPod struct {
 	// differ at most in status and bookkeeping metadata, so the sync after our
 	// own status write needs neither decoded (sameSpec).
 	specHash uint64
-	// packed is the pod's encoding, packed (internal/podpack), held in a
+	// packed is the pod's encoding, packed (internal/compact/podpack), held in a
 	// string (never written, as a string is) for its 8 bytes fewer than a
 	// slice's: with them a cachedPod fits the 128-byte size class
 	// (TestAPodsStateFitsItsSizeClass).

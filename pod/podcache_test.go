@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/apiwire"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/queuetimer"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
 // The queues of nodes sharing their metrics are counted without client-go's
@@ -24,7 +24,7 @@ func TestQueuesOfNodesSharingMetricsAreCountedTogether(t *testing.T) {
 	if err := m.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	timer := queuetimer.New(nil) // as the nodes of a process share one
+	timer := sharedtimer.New(nil) // as the nodes of a process share one
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go timer.Run(ctx)

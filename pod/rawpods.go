@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/vkubelet/vkubelet/internal/apiwire"
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/informerutil"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // The pod watch reads pods as the API server encoded them, not decoded.
@@ -385,9 +385,9 @@ func (r *rawPods) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interf
 func podsListWatch(client kubernetes.Interface, raw *rawPods, selector string) cache.ListerWatcher {
 	tweak := func(o *metav1.ListOptions) { o.FieldSelector = selector }
 	if raw != nil {
-		return cacheutil.ListWatchOf(client, raw, tweak)
+		return informerutil.ListWatchOf(client, raw, tweak)
 	}
-	return cacheutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak)
+	return informerutil.ListWatchOf(client, client.CoreV1().Pods(metav1.NamespaceAll), tweak)
 }
 
 // podInformer returns an informer of the pods lw lists and watches, encoded if

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/podpack"
-	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/compact/podpack"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
 // A pod read encoded (rawPods) is cached exactly as the same pod read decoded

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/vkubelet/vkubelet/internal/apiwire"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // Bytes that are not a whole Pod are an error, not a pod with what could be

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/apiwire"
-	"github.com/vkubelet/vkubelet/internal/podpack"
+	"github.com/vkubelet/vkubelet/internal/compact/podpack"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 	"github.com/vkubelet/vkubelet/provider"
 )
 

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 )
 
 // Source is one pod watch for all the nodes of a process. A process that runs a
@@ -31,7 +31,7 @@ type Source struct {
 	// costs a node about a KiB).
 	rawPods *rawPods
 	// router hands each node's events to its Controller.
-	router *cacheutil.Router
+	router *informerutil.Router
 }
 
 // byNode indexes cachedPods by the node they are bound to.
@@ -45,7 +45,7 @@ func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, erro
 	if err := informer.SetTransform(compactTransformOf(informer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
-	s := &Source{informer: informer, router: cacheutil.NewRouter(podNode), rawPods: raw}
+	s := &Source{informer: informer, router: informerutil.NewRouter(podNode), rawPods: raw}
 	if _, err := informer.AddEventHandler(s.router.Handler()); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}

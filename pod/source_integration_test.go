@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/queuetimer"
-	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
@@ -32,7 +32,7 @@ func TestNodesSharingAPodSourceEachRunTheirOwnPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The nodes' queues share one timer for their delayed adds, as in a NodeSet.
-	timer := queuetimer.New(nil)
+	timer := sharedtimer.New(nil)
 	sourceDone, timerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sourceDone); src.Run(ctx) }()
 	go func() { defer close(timerDone); timer.Run(ctx) }()

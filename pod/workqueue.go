@@ -8,7 +8,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/vkubelet/vkubelet/internal/queuetimer"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
 // nodeQueue is one of a node's work queues (sync, status, delete) with its
@@ -215,6 +215,6 @@ func ownTimer(c *Controller) bool {
 	if c.timer != nil {
 		return false
 	}
-	c.timer = queuetimer.New(c.clock)
+	c.timer = sharedtimer.New(c.clock)
 	return true
 }

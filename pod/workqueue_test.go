@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/vkubelet/vkubelet/internal/queuetimer"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
 // queueFixture is a controller with nothing but what its queues need.
@@ -22,7 +22,7 @@ func queueFixture(t *testing.T) (*Controller, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	timer := queuetimer.New(nil)
+	timer := sharedtimer.New(nil)
 	go timer.Run(ctx)
 	return &Controller{metrics: NewMetrics(), clock: clock.RealClock{}, timer: timer,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ctx

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/controlplane"
-	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -402,7 +402,7 @@ func tokenIsBoundToThePod(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	// It is rebuilt from the packed form kept, a third of its bytes or so
-	// (internal/tokenpack): what TokenReview accepts is that copy.
+	// (internal/compact/tokenpack): what TokenReview accepts is that copy.
 	reused := string(rp2.Volumes["aud"].Files[0].Data)
 	if reused != tok {
 		t.Errorf("a second resolution gave %q, want the first token %q", reused, tok)

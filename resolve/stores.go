@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/vkubelet/vkubelet/internal/cacheutil"
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 )
 
 // storeKey names one cache of the resolver: the Services of a namespace (name
@@ -149,7 +149,7 @@ func (c *Caches) acquire(k storeKey, onChange func(objectKey)) (_ cache.SharedIn
 func (c *Caches) startLocked(k storeKey) *sharedStore {
 	inf := c.newInformer(k)
 	// Managed fields are never read: do not keep them.
-	_ = inf.SetTransform(cacheutil.StripManagedFields)
+	_ = inf.SetTransform(informerutil.StripManagedFields)
 	e := &sharedStore{informer: inf, users: map[uint64]func(objectKey){}}
 	if k.kind != kindService { // service links are read once, at start
 		changed := func(obj any) {
@@ -181,7 +181,7 @@ func (c *Caches) startLocked(k storeKey) *sharedStore {
 
 // newInformer makes the informer of one cache: a namespace's Services, or one
 // ConfigMap or Secret selected by name. Its list and watch retry promptly while
-// the API server is away (cacheutil.RetryWhileUnavailable): a pod waits for these
+// the API server is away (informerutil.RetryWhileUnavailable): a pod waits for these
 // caches before it starts.
 func (c *Caches) newInformer(k storeKey) cache.SharedIndexInformer {
 	core := c.client.CoreV1()
@@ -190,11 +190,11 @@ func (c *Caches) newInformer(k storeKey) cache.SharedIndexInformer {
 	}
 	switch k.kind {
 	case kindConfigMap:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(c.client, core.ConfigMaps(k.namespace), byName), &corev1.ConfigMap{}, 0, cache.Indexers{})
+		return cache.NewSharedIndexInformer(informerutil.ListWatchOf(c.client, core.ConfigMaps(k.namespace), byName), &corev1.ConfigMap{}, 0, cache.Indexers{})
 	case kindSecret:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(c.client, core.Secrets(k.namespace), byName), &corev1.Secret{}, 0, cache.Indexers{})
+		return cache.NewSharedIndexInformer(informerutil.ListWatchOf(c.client, core.Secrets(k.namespace), byName), &corev1.Secret{}, 0, cache.Indexers{})
 	default:
-		return cache.NewSharedIndexInformer(cacheutil.ListWatchOf(c.client, core.Services(k.namespace), nil), &corev1.Service{}, 0, cache.Indexers{})
+		return cache.NewSharedIndexInformer(informerutil.ListWatchOf(c.client, core.Services(k.namespace), nil), &corev1.Service{}, 0, cache.Indexers{})
 	}
 }
 

@@ -11,12 +11,12 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/vkubelet/vkubelet/internal/apiwire"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // requestToken asks the API server for a token of service account sa
 // (TokenRequest), once per pod start and per refresh. Sent as client-go's typed
-// client sends it, and read into a reused buffer (internal/apiwire) rather than
+// client sends it, and read into a reused buffer (internal/wire/apiwire) rather than
 // client-go's fresh one per answer; a protobuf answer is decoded from there.
 // A clientset without a REST client of its own (client-go's fakes) goes
 // through its typed client.

@@ -7,8 +7,8 @@ import (
 	"time"
 	"unique"
 
-	"github.com/vkubelet/vkubelet/internal/instant"
-	"github.com/vkubelet/vkubelet/internal/tokenpack"
+	"github.com/vkubelet/vkubelet/internal/compact/tokenpack"
+	"github.com/vkubelet/vkubelet/internal/compact/unixtime"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -39,7 +39,7 @@ type podToken struct {
 	// be, and until when it is reused. checkTokens sets refreshAt to now for the
 	// tokens it sends for refresh, so the next resolution asks for new ones.
 	// (8 bytes each, not a time.Time's 24: one entry per pod.)
-	eligibleAt, refreshAt instant.Instant
+	eligibleAt, refreshAt unixtime.Instant
 	// period is 60% of the token's lifetime: its share of the refresh rate is
 	// one refresh per period.
 	period time.Duration
@@ -108,7 +108,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	// of each for all of them (unique.Make).
 	entry := podToken{serviceAccount: unique.Make(sa).Value(), audience: unique.Make(audience).Value(),
 		expirationSeconds: exp, token: tokenpack.Pack(tok),
-		eligibleAt: instant.Of(eligible), refreshAt: instant.Of(due), period: period}
+		eligibleAt: unixtime.Of(eligible), refreshAt: unixtime.Of(due), period: period}
 	r.mu.Lock()
 	if p := r.pods[key]; p != nil && p.uid == pod.UID {
 		replaced := false
@@ -195,7 +195,7 @@ func (r *Resolver) checkTokens() {
 	for _, c := range chosen {
 		for i := range r.pods[c.key].tokens {
 			if t := &r.pods[c.key].tokens[i]; !now.Before(t.eligibleAt.Time()) {
-				t.refreshAt, t.eligibleAt = instant.Of(now), instant.Of(now.Add(2*r.checkInterval))
+				t.refreshAt, t.eligibleAt = unixtime.Of(now), unixtime.Of(now.Add(2*r.checkInterval))
 			}
 		}
 	}

@@ -8,7 +8,7 @@
 // created, with its key, as its identity, for exactly its own name and addresses;
 // never anyone else's — which needs the right to approve CSRs for that signer.
 //
-// It is used by internal/agent; it knows nothing of pods or providers.
+// It is used by internal/process/agent; it knows nothing of pods or providers.
 package servingcert
 
 import (

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vkubelet/vkubelet/csrapprover"
-	"github.com/vkubelet/vkubelet/internal/nodeconfig"
+	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
 )
 
 // approverFlags are the flags of `vkubelet approve-csrs`.

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/vkubelet/vkubelet/internal/bench"
-	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/bench"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 )
 
 func newBenchCommand() *cobra.Command {

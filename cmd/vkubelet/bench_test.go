@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/vkubelet/vkubelet/internal/bench"
+	"github.com/vkubelet/vkubelet/internal/lab/bench"
 )
 
 func TestBenchFlags(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vkubelet/vkubelet/internal/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 )
 
 func newControlPlaneCommand() *cobra.Command {

@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/controlplane"
-	"github.com/vkubelet/vkubelet/internal/fleet"
-	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/process/fleet"
 	"github.com/vkubelet/vkubelet/providers/kube"
 )
 

@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/vkubelet/vkubelet/internal/agent"
-	"github.com/vkubelet/vkubelet/internal/fleet"
-	"github.com/vkubelet/vkubelet/internal/nodeconfig"
+	"github.com/vkubelet/vkubelet/internal/process/agent"
+	"github.com/vkubelet/vkubelet/internal/process/fleet"
+	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
 )
 
 // runNodeSet runs the nodes of the NodeSet file at path (or, with path empty, the

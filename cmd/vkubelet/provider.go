@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/vkubelet/vkubelet/internal/providers"
+	"github.com/vkubelet/vkubelet/internal/process/registry"
 	"github.com/vkubelet/vkubelet/providers/remote"
 	"github.com/vkubelet/vkubelet/providers/remote/conformance"
 )
@@ -43,7 +43,7 @@ nothing. It stops on SIGINT or SIGTERM.`,
 				return err
 			}
 			ctx := cmd.Context()
-			p, err := providers.New(ctx, name, providers.InitConfig{NodeName: node, ConfigPath: config, Logger: log})
+			p, err := registry.New(ctx, name, registry.InitConfig{NodeName: node, ConfigPath: config, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -57,7 +57,7 @@ nothing. It stops on SIGINT or SIGTERM.`,
 		},
 	}
 	f := serve.Flags()
-	f.StringVar(&name, "provider", "mock", "the provider to serve: "+strings.Join(providers.Names(), ", "))
+	f.StringVar(&name, "provider", "mock", "the provider to serve: "+strings.Join(registry.Names(), ", "))
 	f.StringVar(&config, "provider-config", "", "its configuration file")
 	f.StringVar(&node, "nodename", "vkubelet", "the node the provider runs pods for")
 	f.StringVar(&listen, "listen", "", "unix:///path/to.sock, or host:port (TCP; give --tls-cert-file unless on loopback)")

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
-	"github.com/vkubelet/vkubelet/internal/agent"
-	"github.com/vkubelet/vkubelet/internal/fleet"
-	"github.com/vkubelet/vkubelet/internal/providers"
-	"github.com/vkubelet/vkubelet/internal/tracing"
+	"github.com/vkubelet/vkubelet/internal/process/agent"
+	"github.com/vkubelet/vkubelet/internal/process/fleet"
+	"github.com/vkubelet/vkubelet/internal/process/registry"
+	"github.com/vkubelet/vkubelet/internal/process/tracing"
 	"github.com/vkubelet/vkubelet/internal/version"
 )
 
@@ -98,7 +98,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.election.RenewDeadline, "leader-elect-renew-deadline", f.election.RenewDeadline, "a holder that cannot renew within this time gives its nodes up")
 	fs.DurationVar(&f.election.RetryPeriod, "leader-elect-retry-period", f.election.RetryPeriod, "how often replicas try to take a node")
 	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
-	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(providers.Names(), ", "))
+	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(registry.Names(), ", "))
 	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the cluster to join ($KUBECONFIG; empty: in-cluster config); with --bootstrap-kubeconfig, used if it exists, else written after the TLS bootstrap")
 	fs.StringVar(&c.BootstrapKubeconfig, "bootstrap-kubeconfig", c.BootstrapKubeconfig, "as the kubelet's: authenticate as system:node:<nodename> with a client certificate kept in --cert-dir, asked for with this kubeconfig's credential (a bootstrap token) and renewed before it expires")
@@ -239,7 +239,7 @@ func newProvidersCommand() *cobra.Command {
 		Short: "List the providers compiled in",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			for _, n := range providers.Names() {
+			for _, n := range registry.Names() {
 				fmt.Fprintln(cmd.OutOrStdout(), n)
 			}
 		},

@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/instant"
-	"github.com/vkubelet/vkubelet/internal/podpack"
+	"github.com/vkubelet/vkubelet/internal/compact/podpack"
+	"github.com/vkubelet/vkubelet/internal/compact/unixtime"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -166,7 +166,7 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 // function of these times and the clock (see status.go). Records are never modified
 // once stored in Provider.pods.
 //
-// The pod itself is kept packed (internal/podpack), as the pod controller's cache
+// The pod itself is kept packed (internal/compact/podpack), as the pod controller's cache
 // keeps it: the mock stands in for a back end that holds its pods elsewhere, and
 // `vkubelet bench` measures the node agent's memory with it, which a decoded copy
 // per pod (several KiB) would swamp.
@@ -176,7 +176,7 @@ type podRecord struct {
 	key string
 	uid types.UID
 	// packed is the pod as last given by CreatePod, UpdatePod or DeletePod
-	// (internal/podpack), in a string (never written) for its 8 bytes fewer
+	// (internal/compact/podpack), in a string (never written) for its 8 bytes fewer
 	// than a slice's.
 	packed string
 	hostIP string
@@ -184,11 +184,11 @@ type podRecord struct {
 	// against 16 and the text's), or 0 for the hostIP (a hostNetwork pod):
 	// see podIPText.
 	podIP uint32
-	// The times are kept in 8 bytes each (instant.Instant), not a time.Time's 24.
-	created instant.Instant // CreatePod accepted it
-	running instant.Instant // created + StartDelay: its containers run from then on
-	deleted instant.Instant // DeletePod was first called; zero if it was not
-	stopped instant.Instant // its containers stop then; zero unless deleted
+	// The times are kept in 8 bytes each (unixtime.Instant), not a time.Time's 24.
+	created unixtime.Instant // CreatePod accepted it
+	running unixtime.Instant // created + StartDelay: its containers run from then on
+	deleted unixtime.Instant // DeletePod was first called; zero if it was not
+	stopped unixtime.Instant // its containers stop then; zero unless deleted
 	// resolution is what the mock keeps of the pod's last resolution, nil if
 	// it was given plain (not persisted).
 	resolution *keptResolution
@@ -403,7 +403,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		return err
 	}
 	rec.resolution = resolution
-	rec.hostIP, rec.created, rec.running = p.hostIP, instant.Of(now), instant.Of(now.Add(p.cfg.StartDelay.Duration))
+	rec.hostIP, rec.created, rec.running = p.hostIP, unixtime.Of(now), unixtime.Of(now.Add(p.cfg.StartDelay.Duration))
 	if !pod.Spec.HostNetwork {
 		rec.podIP = p.allocIPLocked()
 	}
@@ -505,10 +505,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
 	if !rec.deleting() {
-		rec.deleted = instant.Of(now)
-		rec.stopped = instant.Of(stopAt)
+		rec.deleted = unixtime.Of(now)
+		rec.stopped = unixtime.Of(stopAt)
 	} else if stopAt.Before(rec.stopped.Time()) {
-		rec.stopped = instant.Of(stopAt)
+		rec.stopped = unixtime.Of(stopAt)
 	}
 	p.pods[key] = &rec
 	p.version++

@@ -13,7 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vkubelet/vkubelet/internal/tokenpack"
+	"github.com/vkubelet/vkubelet/internal/compact/tokenpack"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -71,7 +71,7 @@ type keptResolution struct {
 // what is not a token (paths, modes, the other files' data) is kept once for all
 // volumes alike: the layout, a string made canonical with unique.Make, which the
 // runtime frees when no volume uses it. Each volume keeps its name and its tokens,
-// packed (internal/tokenpack). Kept as a slice of files, a pod's token volume
+// packed (internal/compact/tokenpack). Kept as a slice of files, a pod's token volume
 // took about 220 bytes, against about 80 so.
 type keptVolume struct {
 	name   string

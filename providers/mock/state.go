@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vkubelet/vkubelet/internal/instant"
+	"github.com/vkubelet/vkubelet/internal/compact/unixtime"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -147,8 +147,8 @@ func (p *Provider) load() error {
 		if rec.podIP, err = podIPOf(sp.PodIP, sp.HostIP); err != nil {
 			return fmt.Errorf("mock: loading state %s: pod %s: %w", p.cfg.StateFile, rec.key, err)
 		}
-		rec.created, rec.running = instant.Of(sp.Created), instant.Of(sp.Running)
-		rec.deleted, rec.stopped = instant.Of(sp.Deleted), instant.Of(sp.Stopped)
+		rec.created, rec.running = unixtime.Of(sp.Created), unixtime.Of(sp.Running)
+		rec.deleted, rec.stopped = unixtime.Of(sp.Deleted), unixtime.Of(sp.Stopped)
 		if !rec.goneAt(now) {
 			p.pods[rec.key] = rec
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 )
 

@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilexec "k8s.io/client-go/util/exec"
 
-	"github.com/vkubelet/vkubelet/internal/controlplane"
-	"github.com/vkubelet/vkubelet/internal/testenv"
-	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/remote"
 )

@@ -41,8 +41,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/vkubelet/vkubelet/internal/netns"
-	"github.com/vkubelet/vkubelet/internal/spawn"
+	"github.com/vkubelet/vkubelet/internal/lab/netns"
+	"github.com/vkubelet/vkubelet/internal/lab/spawn"
 )
 
 // The credentials the registry asks for images under private/.

@@ -1,4 +1,4 @@
-// Package e2e runs the CRI provider behind a whole virtual node (internal/agent) on a
+// Package e2e runs the CRI provider behind a whole virtual node (internal/process/agent) on a
 // real control plane and a private containerd: what a kubectl user sees.
 package e2e
 
@@ -17,9 +17,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/internal/controlplane"
-	"github.com/vkubelet/vkubelet/internal/testenv"
-	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 

@@ -18,10 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/vkubelet/vkubelet/internal/clusternet"
-	"github.com/vkubelet/vkubelet/internal/netns"
-	"github.com/vkubelet/vkubelet/internal/testenv"
-	"github.com/vkubelet/vkubelet/internal/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/internal/lab/clusternet"
+	"github.com/vkubelet/vkubelet/internal/lab/netns"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )

@@ -13,11 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vkubelet/vkubelet/internal/spawn"
+	"github.com/vkubelet/vkubelet/internal/lab/spawn"
 )
 
 // start runs one of the cluster's daemons in the foreground, so that it dies with
-// us (internal/spawn) and we see when it exits, its output appended to log. The
+// us (internal/lab/spawn) and we see when it exits, its output appended to log. The
 // environment carries SLURM_CONF, which also marks the daemon's descendants as
 // ours for Stop.
 func (e *Env) start(log string, name string, args ...string) (*spawn.Process, error) {

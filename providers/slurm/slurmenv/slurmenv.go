@@ -29,7 +29,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vkubelet/vkubelet/internal/spawn"
+	"github.com/vkubelet/vkubelet/internal/lab/spawn"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/slurm"

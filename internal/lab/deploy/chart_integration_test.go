@@ -1,0 +1,487 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/image"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
+)
+
+func TestMain(m *testing.M) {
+	// Deployments need the controller manager (which also signs and approves the
+	// node's client certificate), the chart's pod the scheduler, and its token
+	// the ServiceAccount admission plugin.
+	testenv.Main(m, controlplane.Config{Scheduler: true, ControllerManager: true, ServiceAccountAdmission: true})
+}
+
+// chartDir is charts/vkubelet, from this package's directory.
+func chartDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../../charts/vkubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// helmRunner runs the cached helm against the package's control plane, with its
+// configuration and caches in the test's own directories.
+func helmRunner(t *testing.T) func(args ...string) (string, error) {
+	t.Helper()
+	cp := testenv.ControlPlane(t)
+	bin, err := controlplane.EnsureHelm(context.Background(), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	return func(args ...string) (string, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", cp.KubeconfigPath)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start := time.Now()
+		err := cmd.Run()
+		t.Logf("helm %s (%s)", strings.Join(args[:min(2, len(args))], " "), time.Since(start).Round(100*time.Millisecond))
+		if err != nil {
+			return out.String(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String(), nil
+	}
+}
+
+// freePort is a TCP port free on every address at the time of the call.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// hostAddress is an IPv4 address of this machine other than loopback: the inner
+// node's InternalIP (the API server does not proxy to a loopback node address).
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return ipn.IP.String()
+			}
+		}
+	}
+	t.Fatal("no IPv4 address other than loopback on this machine")
+	return ""
+}
+
+// The chart lints, and renders what its values say: replicas share the node by
+// leader election; no replica at all and a bad node name are refused with a
+// message naming the value.
+func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
+	helm := helmRunner(t)
+	chart := chartDir(t)
+	if out, err := helm("lint", "--strict", chart); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, tc := range []struct{ set, want string }{
+		{"replicas=0", "replicas: at least 1"},
+		{"nodeName=Not_A_Name", `nodeName "Not_A_Name" is not a valid node name`},
+		{"nodes[0].name=n-%d,nodes[0].count=3", "templates (count) are not supported"},
+		{"nodes[0].name=Bad_Name", `nodes: "Bad_Name" is not a valid node name`},
+		{"kubelet.approveServingCSR=true", "kubelet.approveServingCSR is gone"},
+	} {
+		out, err := helm("template", "vk", chart, "--set", tc.set)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("--set %s: %v, output %q; want an error saying %q", tc.set, err, out, tc.want)
+		}
+	}
+	out, err := helm("template", "vk", chart, "--set", "replicas=3,nodeName=n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"replicas: 3", "- --leader-elect", "kind: Role", `resourceNames: ["vkubelet-n1"]`, "type: RollingUpdate"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with replicas=3 the chart has no %q", want)
+		}
+	}
+	out, err = helm("template", "vk", chart, "--set", "metrics.podMonitor.enabled=true,nodeName=n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "kind: PodMonitor") || !strings.Contains(out, `resourceNames: ["n1"]`) {
+		t.Errorf("with metrics.podMonitor.enabled: no PodMonitor, or its scraper not confined to nodes/metrics of n1:\n%s", out)
+	}
+}
+
+// deploy/vkubelet.yaml is the chart rendered with its defaults (make manifests).
+func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
+	helm := helmRunner(t)
+	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../deploy/vkubelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(got), want) {
+		t.Errorf("deploy/vkubelet.yaml is not the chart's rendering: run make manifests")
+	}
+}
+
+// The dogfood test: vkubelet runs vkubelet. The chart installs vkubelet's image on
+// a vkubelet CRI node; that pod bootstraps its node identity with its
+// ServiceAccount and registers a second virtual node (mock provider), whose pod
+// reaches Running and serves logs and exec through it. An upgrade restarts the
+// node process and the node comes back; an uninstall removes everything the chart
+// made.
+func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
+	helm := helmRunner(t)
+	cp := testenv.ControlPlane(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	const (
+		host  = "dogfood-host"
+		inner = "dogfood-inner"
+		tag   = "v0.0.0-dogfood"
+	)
+
+	module, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := image.Build(ctx, image.Options{ModuleDir: module, Version: tag, Created: time.Unix(0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := image.WriteArchive(img, image.DefaultRepository+":"+tag, archive); err != nil {
+		t.Fatal(err)
+	}
+	env, err := crienv.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	if _, err := env.ImportImage(ctx, archive); err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Run(t, nodetest.CRIConfig(t, host, env))
+
+	// Until pods on a CRI node reach Services (the kubernetes Service among them),
+	// the pod runs in the host's network and is told the API server's address.
+	values := map[string]any{
+		"nodeName":    inner,
+		"image":       map[string]any{"tag": tag, "pullPolicy": "Never"},
+		"apiServer":   cp.URL,
+		"hostNetwork": true,
+		"kubelet":     map[string]any{"port": freePort(t), "address": hostAddress(t)},
+		"healthzPort": freePort(t),
+		"approver":    map[string]any{"healthzPort": freePort(t)},
+		"nodeSelector": map[string]string{
+			"kubernetes.io/hostname": host,
+		},
+		"tolerations": []map[string]string{{"key": "virtual-kubelet.io/provider", "operator": "Exists"}},
+		"extraArgs":   []string{"--node-lease-duration=10s", "--node-lease-renew-interval=2s", "--status-poll-interval=1s"},
+	}
+	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(valuesFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chart := chartDir(t)
+	release := "dogfood"
+	if out, err := helm("install", release, chart, "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m"); err != nil {
+		describe(t, c, ns)
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), inner, metav1.DeleteOptions{}) })
+	waitNodeReady(t, c, inner)
+	// The node is system:node:dogfood-inner: its client certificate came from a
+	// CSR its ServiceAccount sent, its serving certificate from a CSR the node
+	// sent, both approved by the chart's approver.
+	sa := "system:serviceaccount:" + ns + ":" + release + "-vkubelet"
+	checkIssuedByTheApprover(t, c, sa, inner)
+
+	// A thief holding the node pod's token can obtain no other node's
+	// certificates, nor ask for any other signer's.
+	stolen := testenv.TokenClient(t, ns, release+"-vkubelet")
+	testenv.CheckCannotBecomeAnotherNode(t, stolen, "victim-node", "10.9.9.9")
+	if _, err := testenv.TryAskForNodeCertificate(t, stolen, certificatesv1.KubeAPIServerClientSignerName, "victim-node"); err == nil ||
+		!strings.Contains(err.Error(), "may ask only for node client certificates") {
+		t.Errorf("the node's account asking for a kube-apiserver-client certificate: %v, want the admission policy's refusal", err)
+	}
+	checkApproverConfined(t, c, testenv.TokenClient(t, ns, release+"-vkubelet-approver"))
+
+	// A pod on the inner node, scheduled there by the scheduler.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "inner-pod"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": inner},
+			Tolerations:  []corev1.Toleration{{Key: "virtual-kubelet.io/provider", Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				Args: []string{"hello-from-the-inner-node"},
+				Env:  []corev1.EnvVar{{Name: "GREETING", Value: "dogfood"}}}},
+		},
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, c, ns, pod.Name, inner)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		b, err := c.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil && strings.Contains(string(b), "hello-from-the-inner-node"), fmt.Sprintf("logs through the inner node: %q, %v", b, err)
+	})
+	if out, err := testenv.Exec(t, ns, pod.Name, "main", "env"); err != nil || !strings.Contains(out, "GREETING=dogfood") {
+		t.Errorf("exec through the inner node: %q, %v", out, err)
+	}
+	if uid := processUID(t, "--nodename="+inner); uid != strconv.Itoa(image.NonRoot) {
+		t.Errorf("the inner node's process runs as uid %s, want %d", uid, image.NonRoot)
+	}
+
+	// An upgrade with another flag and a NodeSet of three names restarts the
+	// node process (Recreate); the node comes back with two more, its pod runs
+	// again, and the approver issues exactly those three names.
+	before := chartPod(t, c, ns, release)
+	if out, err := helm("upgrade", release, chart, "--namespace", ns, "-f", valuesFile,
+		"--set", "extraArgs={--node-lease-duration=10s,--node-lease-renew-interval=2s,--status-poll-interval=1s,--log-level=debug}",
+		"--set", "nodes[0].name="+inner+",nodes[1].name="+inner+"-b,nodes[2].name="+inner+"-c",
+		"--wait", "--timeout", "4m"); err != nil {
+		describe(t, c, ns)
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if after := chartPod(t, c, ns, release); after.UID == before.UID || !strings.Contains(strings.Join(after.Spec.Containers[0].Args, " "), "--log-level=debug") {
+		t.Errorf("after the upgrade the node's pod is %s with args %q (before: %s)", after.UID, after.Spec.Containers[0].Args, before.UID)
+	}
+	for _, n := range []string{inner, inner + "-b", inner + "-c"} {
+		t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
+		waitNodeReady(t, c, n)
+		checkIssuedByTheApprover(t, c, sa, n)
+	}
+	testenv.CheckCannotBecomeAnotherNode(t, stolen, inner+"-d", "10.9.9.9")
+	waitRunning(t, c, ns, pod.Name, inner)
+
+	// Uninstall: nothing the chart made is left.
+	if out, err := helm("uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		var left []string
+		// Typed clients return an empty list with an error.
+		collect := func(kind string, n int, err error) {
+			if err != nil {
+				left = append(left, kind+": "+err.Error())
+			} else if n > 0 {
+				left = append(left, fmt.Sprintf("%d %s", n, kind))
+			}
+		}
+		pods, err := c.CoreV1().Pods(ns).List(ctx, selector)
+		collect("pods", len(pods.Items), err)
+		deps, err := c.AppsV1().Deployments(ns).List(ctx, selector)
+		collect("deployments", len(deps.Items), err)
+		cms, err := c.CoreV1().ConfigMaps(ns).List(ctx, selector)
+		collect("configmaps", len(cms.Items), err)
+		sas, err := c.CoreV1().ServiceAccounts(ns).List(ctx, selector)
+		collect("serviceaccounts", len(sas.Items), err)
+		crs, err := c.RbacV1().ClusterRoles().List(ctx, selector)
+		collect("clusterroles", len(crs.Items), err)
+		crbs, err := c.RbacV1().ClusterRoleBindings().List(ctx, selector)
+		collect("clusterrolebindings", len(crbs.Items), err)
+		roles, err := c.RbacV1().Roles(metav1.NamespaceDefault).List(ctx, selector)
+		collect("roles in default", len(roles.Items), err)
+		vaps, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, selector)
+		collect("validatingadmissionpolicies", len(vaps.Items), err)
+		return len(left) == 0, "left after helm uninstall: " + strings.Join(left, ", ")
+	})
+}
+
+// checkIssuedByTheApprover checks that node's client certificate was asked for
+// by the bootstrap account sa, its serving certificate by the node itself, and
+// that the chart's approver approved both.
+func checkIssuedByTheApprover(t *testing.T, c kubernetes.Interface, sa, node string) {
+	t.Helper()
+	want := map[string]string{
+		certificatesv1.KubeAPIServerClientKubeletSignerName: sa,
+		certificatesv1.KubeletServingSignerName:             "system:node:" + node,
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		csrs, err := c.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		found := map[string]bool{}
+		for _, csr := range csrs.Items {
+			if len(csr.Status.Certificate) == 0 || want[csr.Spec.SignerName] != csr.Spec.Username || !asksFor(csr, node) {
+				continue
+			}
+			for _, cond := range csr.Status.Conditions {
+				found[csr.Spec.SignerName] = found[csr.Spec.SignerName] || cond.Type == certificatesv1.CertificateApproved && cond.Reason == "VkubeletApproved"
+			}
+		}
+		return len(found) == 2 && found[certificatesv1.KubeAPIServerClientKubeletSignerName] && found[certificatesv1.KubeletServingSignerName],
+			fmt.Sprintf("certificates of node %s approved by the chart's approver: %v", node, found)
+	})
+}
+
+// checkApproverConfined checks what a thief holding the approver's token
+// (approver) can do: ask for no certificate at all, and approve no CSR of
+// another signer than the two node signers (a user's client certificate, here,
+// which an admin's client asked for).
+func checkApproverConfined(t *testing.T, admin, approver kubernetes.Interface) {
+	t.Helper()
+	if _, err := testenv.TryAskForNodeCertificate(t, approver, certificatesv1.KubeAPIServerClientKubeletSignerName, "victim-node"); !apierrors.IsForbidden(err) {
+		t.Errorf("the approver's account asking for a node identity: %v, want Forbidden", err)
+	}
+	name := testenv.AskForNodeCertificate(t, admin, certificatesv1.KubeAPIServerClientSignerName, "victim-node")
+	t.Cleanup(func() {
+		_ = admin.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	csr, err := approver.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Thief"})
+	if _, err := approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(context.Background(), name, csr, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the approver's account approving a kube-apiserver-client CSR: %v, want Forbidden", err)
+	}
+}
+
+// asksFor reports whether csr asks for a certificate of node.
+func asksFor(csr certificatesv1.CertificateSigningRequest, node string) bool {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return false
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	return err == nil && req.Subject.CommonName == "system:node:"+node
+}
+
+func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, fmt.Sprintf("node %s Ready=%s: %s", name, cond.Status, cond.Message)
+			}
+		}
+		return false, "node " + name + " has no Ready condition"
+	})
+}
+
+func waitRunning(t *testing.T, c kubernetes.Interface, ns, name, node string) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning,
+			fmt.Sprintf("pod %s on %q: %s %s", name, p.Spec.NodeName, p.Status.Phase, p.Status.Message)
+	})
+}
+
+// chartPod is the release's one node pod.
+func chartPod(t *testing.T, c kubernetes.Interface, ns, release string) *corev1.Pod {
+	t.Helper()
+	pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/component=node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			running = append(running, p)
+		}
+	}
+	if len(running) != 1 {
+		t.Fatalf("%d pods of release %s, want 1", len(running), release)
+	}
+	return &running[0]
+}
+
+// processUID is the user ID of the process whose command line contains arg.
+func processUID(t *testing.T, arg string) string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(arg)) || !bytes.HasPrefix(b, []byte(image.Binary+"\x00")) {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				return f[1]
+			}
+		}
+	}
+	t.Fatalf("no process %s with %s", image.Binary, arg)
+	return ""
+}
+
+// describe logs the namespace's pods and events, for a failed install.
+func describe(t *testing.T, c kubernetes.Interface, ns string) {
+	t.Helper()
+	if pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			b, _ := yaml.Marshal(p.Status)
+			t.Logf("pod %s on %q:\n%s", p.Name, p.Spec.NodeName, b)
+		}
+	}
+	if evs, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
+		for _, e := range evs.Items {
+			t.Logf("event %s %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+		}
+	}
+	if _, err := c.CoreV1().Nodes().Get(context.Background(), "dogfood-inner", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Logf("node dogfood-inner was never registered")
+	}
+}

@@ -1,0 +1,197 @@
+// Package sharedtimer fires the delayed adds of many work queues from one
+// goroutine and one heap. client-go's delaying queue gives every queue a
+// goroutine and an 8 KiB channel of its own; a process with a thousand virtual
+// nodes has three thousand pod queues, nearly all idle, and would keep 24 MiB and
+// three thousand goroutines for retries and grace-period checks that rarely come.
+// A Timer's queues are client-go's plain queues with AddAfter kept by the Timer,
+// or, for queues without metrics, shrinking's.
+package sharedtimer
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/internal/queues/shrinking"
+)
+
+// Timer keeps the delayed items of its queues and adds each to its queue when
+// its time comes, while Run runs.
+type Timer struct {
+	clock clock.WithTicker
+
+	mu      sync.Mutex
+	pending pendingHeap
+	// wake is signalled (1 slot) when the earliest item changes.
+	wake chan struct{}
+}
+
+// New returns a Timer on clk (nil: the real clock).
+func New(clk clock.WithTicker) *Timer {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Timer{clock: clk, wake: make(chan struct{}, 1)}
+}
+
+// Queue returns a new delaying queue whose AddAfter the Timer keeps: client-go's
+// plain queue configured by cfg, or, when cfg has no name (and client-go would
+// report no metrics of it), a shrinking queue. For a rate-limiting queue, pass it as
+// TypedRateLimitingQueueConfig.DelayingQueue.
+func (t *Timer) Queue(cfg workqueue.TypedQueueConfig[string]) workqueue.TypedDelayingInterface[string] {
+	return t.NotifyingQueue(cfg, nil)
+}
+
+// NotifyingQueue is Queue, calling added (if not nil) after each item it takes,
+// whether added at once or when its delay has passed: a consumer that runs only
+// while its queue has items learns there is work without waiting in Get.
+func (t *Timer) NotifyingQueue(cfg workqueue.TypedQueueConfig[string], added func()) workqueue.TypedDelayingInterface[string] {
+	if cfg.Clock == nil {
+		cfg.Clock = t.clock
+	}
+	var base workqueue.TypedInterface[string]
+	if cfg.Name == "" {
+		// client-go reports no metrics for it either.
+		base = shrinking.New()
+	} else {
+		base = workqueue.NewTypedWithConfig(cfg)
+	}
+	return &queue{TypedInterface: base, timer: t, added: added}
+}
+
+// Run adds the items whose time has come to their queues until ctx ends.
+func (t *Timer) Run(ctx context.Context) {
+	for {
+		due, next := t.takeDue()
+		for _, p := range due {
+			p.q.Add(p.item)
+		}
+		var (
+			fire  <-chan time.Time
+			timer clock.Timer
+		)
+		if next > 0 {
+			timer = t.clock.NewTimer(next)
+			fire = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-fire:
+		case <-t.wake:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// takeDue removes the items whose time has come and returns them, with the wait
+// until the next one (0: none pending).
+func (t *Timer) takeDue() (due []*pending, next time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	for len(t.pending) > 0 {
+		p := t.pending[0]
+		if wait := p.at.Sub(now); wait > 0 {
+			return due, wait
+		}
+		heap.Pop(&t.pending)
+		delete(p.q.waiting, p.item)
+		if len(p.q.waiting) == 0 {
+			p.q.waiting = nil // as the shrinking queue's sets, not kept at a burst's size
+		}
+		due = append(due, p)
+	}
+	return due, 0
+}
+
+// queue is one work queue whose delayed adds its Timer keeps.
+type queue struct {
+	workqueue.TypedInterface[string]
+	timer *Timer
+	// waiting are the queue's items in the Timer's heap, guarded by timer.mu.
+	waiting map[string]*pending
+	// added, if not nil, is called after each Add.
+	added func()
+}
+
+// Add adds item now and tells the queue's consumer.
+func (q *queue) Add(item string) {
+	q.TypedInterface.Add(item)
+	if q.added != nil {
+		q.added()
+	}
+}
+
+// AddAfter adds item once d has passed. An item already waiting keeps the
+// earlier of its two times, as with client-go's delaying queue.
+func (q *queue) AddAfter(item string, d time.Duration) {
+	if q.ShuttingDown() {
+		return
+	}
+	if d <= 0 {
+		q.Add(item)
+		return
+	}
+	t := q.timer
+	at := t.clock.Now().Add(d)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := q.waiting[item]; p != nil {
+		if at.Before(p.at) {
+			p.at = at
+			heap.Fix(&t.pending, p.index)
+		}
+	} else {
+		p = &pending{q: q, item: item, at: at}
+		heap.Push(&t.pending, p)
+		if q.waiting == nil {
+			q.waiting = map[string]*pending{}
+		}
+		q.waiting[item] = p
+	}
+	if t.pending[0].q == q && t.pending[0].item == item {
+		select { // the earliest changed: Run waits for the wrong time
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pending is an item waiting for its time.
+type pending struct {
+	q     *queue
+	item  string
+	at    time.Time
+	index int // in the heap
+}
+
+// pendingHeap orders pending items by time, earliest first.
+type pendingHeap []*pending
+
+func (h pendingHeap) Len() int           { return len(h) }
+func (h pendingHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h pendingHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *pendingHeap) Push(x any) {
+	p := x.(*pending)
+	p.index = len(*h)
+	*h = append(*h, p)
+}
+func (h *pendingHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return p
+}
