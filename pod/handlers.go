@@ -17,6 +17,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
+	"github.com/vkubelet/vkubelet/provider"
 )
 
 // statusHandler brings the API's status of a pod up to the provider's.
@@ -275,7 +276,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 			return err
 		}
 		c.state.update(key, func(s *podState) { s.deleteRequested = p.UID })
-		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", gracePeriodSeconds(p))
+		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", int64(provider.GracePeriod(p)/time.Second))
 	}
 
 	gone := !inProvider
@@ -305,17 +306,6 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	}
 	c.forget(key)
 	return nil
-}
-
-// gracePeriodSeconds is the grace period the deletion asked for.
-func gracePeriodSeconds(p *corev1.Pod) int64 {
-	if p.DeletionGracePeriodSeconds != nil {
-		return *p.DeletionGracePeriodSeconds
-	}
-	if p.Spec.TerminationGracePeriodSeconds != nil {
-		return *p.Spec.TerminationGracePeriodSeconds
-	}
-	return corev1.DefaultTerminationGracePeriodSeconds
 }
 
 // removeFromAPI deletes the pod object for good, only if it is still the same pod.

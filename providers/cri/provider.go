@@ -50,7 +50,6 @@ const (
 	labelPodUID        = "io.kubernetes.pod.uid"
 	labelContainerName = "io.kubernetes.container.name"
 
-	defaultGracePeriod = 30 * time.Second
 	// rpcTimeout bounds the CRI calls that should be quick.
 	rpcTimeout = 2 * time.Minute
 	// takeOverReadTime bounds how long New reads the pods it takes over
@@ -446,19 +445,8 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if !ok || (pod.UID != "" && rec.uid != pod.UID) {
 		return notFound(pod.Namespace, pod.Name)
 	}
-	p.requestDelete(rec, gracePeriod(pod))
+	p.requestDelete(rec, provider.GracePeriod(pod))
 	return nil
-}
-
-// gracePeriod is the pod's deletion grace period, else its spec's, else 30s.
-func gracePeriod(pod *corev1.Pod) time.Duration {
-	if s := pod.DeletionGracePeriodSeconds; s != nil {
-		return time.Duration(max(*s, 0)) * time.Second
-	}
-	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
-		return time.Duration(max(*s, 0)) * time.Second
-	}
-	return defaultGracePeriod
 }
 
 // requestDelete marks rec for deletion by grace from now; a later call may only

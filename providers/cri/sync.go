@@ -708,15 +708,12 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	return true
 }
 
-// stopContainer stops one container with the pod's termination grace period.
+// stopContainer stops one container within the pod's grace period.
 func (p *Provider) stopContainer(ctx context.Context, rec *podRecord, pod *corev1.Pod, name, id string) {
-	grace := int64(defaultGracePeriod / time.Second)
-	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
-		grace = *s
-	}
-	sctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+rpcTimeout)
+	grace := provider.GracePeriod(pod)
+	sctx, cancel := context.WithTimeout(ctx, grace+rpcTimeout)
 	defer cancel()
-	if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: grace}); err != nil {
+	if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(grace / time.Second)}); err != nil {
 		p.log.Warn("stopping container", "pod", rec.key, "container", name, "err", err)
 	}
 }

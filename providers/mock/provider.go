@@ -43,8 +43,6 @@ const (
 	// defaultHostIP is the pods' hostIP when neither WithHostIP nor the node's
 	// InternalIP (seen by ConfigureNode) gives one.
 	defaultHostIP = "10.0.0.1"
-	// defaultGracePeriod is the grace period of a pod that sets none (the API default).
-	defaultGracePeriod = 30 * time.Second
 )
 
 // firstPodIP is the first address handed to a pod (10.244.0.1); the next pods count
@@ -503,7 +501,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return err
 	}
-	stopAt := now.Add(min(p.cfg.StopDelay.Duration, gracePeriod(pod)))
+	stopAt := now.Add(min(p.cfg.StopDelay.Duration, provider.GracePeriod(pod)))
 	if !rec.deleting() {
 		rec.deleted = unixtime.Of(now)
 		rec.stopped = unixtime.Of(stopAt)
@@ -518,19 +516,6 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Unlock()
 	p.log.Debug("pod deleting", "pod", key, "uid", pod.UID, "stopped", rec.stopped.Time())
 	return p.save()
-}
-
-// gracePeriod is the time the pod is given to stop: its deletion grace period, else
-// its spec's, else the API default.
-func gracePeriod(pod *corev1.Pod) time.Duration {
-	switch {
-	case pod.DeletionGracePeriodSeconds != nil:
-		return max(0, time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second)
-	case pod.Spec.TerminationGracePeriodSeconds != nil:
-		return max(0, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
-	default:
-		return defaultGracePeriod
-	}
 }
 
 // GetPod returns a copy of the pod with its current status, or a NotFound error once
