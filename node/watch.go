@@ -100,3 +100,13 @@ func nodeName(obj any) (string, bool) {
 func (w *Watch) register(node string, h cache.ResourceEventHandler) (unregister func(), err error) {
 	return w.router.Register(node, h, nil)
 }
+
+// readyStatus is the status of n's Ready condition, "" without one.
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}

@@ -1,0 +1,70 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// This file holds the node the controller means to register: built once from the
+// config and the provider's ConfigureNode, then updated by what the provider
+// reports through NotifyNodeStatus.
+
+// configure builds the desired node from the config and the provider's ConfigureNode.
+func (c *Controller) configure(ctx context.Context) {
+	n := desiredNode(c.cfg)
+	if c.configurer != nil {
+		c.configurer.ConfigureNode(ctx, n)
+	}
+	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
+	withOperatorSettings(n, c.cfg)
+	c.setDesired(n)
+}
+
+// desiredCopy decodes the desired node; the result is the caller's.
+func (c *Controller) desiredCopy() *corev1.Node {
+	n := &corev1.Node{}
+	if err := n.Unmarshal(c.desired); err != nil {
+		// setDesired encoded these bytes: failing to read them back is a bug.
+		panic(fmt.Sprintf("node %s: decoding the desired node: %v", c.cfg.NodeName, err))
+	}
+	return n
+}
+
+// setDesired keeps n, encoded, as the desired node.
+func (c *Controller) setDesired(n *corev1.Node) {
+	raw, err := n.Marshal()
+	if err != nil {
+		// A Node built from the config and the provider's reports always encodes.
+		panic(fmt.Sprintf("node %s: encoding the desired node: %v", c.cfg.NodeName, err))
+	}
+	c.desired = raw
+}
+
+// notifyNodeStatus is the callback given to the provider's NotifyNodeStatus. It
+// keeps only the newest node and wakes Run; it never blocks.
+func (c *Controller) notifyNodeStatus(n *corev1.Node) {
+	if n == nil {
+		return
+	}
+	n = n.DeepCopy() // the provider may go on mutating its copy
+	c.latestMu.Lock()
+	c.latest = n
+	c.latestMu.Unlock()
+	signal(c.reported)
+}
+
+// takeReportedStatus folds the newest reported node, if any, into the desired status.
+func (c *Controller) takeReportedStatus() {
+	c.latestMu.Lock()
+	n := c.latest
+	c.latest = nil
+	c.latestMu.Unlock()
+	if n != nil {
+		d := c.desiredCopy()
+		d.Status = withReportedStatus(d.Status, n.Status)
+		overrideCapacity(&d.Status, c.cfg.Capacity)
+		c.setDesired(d)
+	}
+}
