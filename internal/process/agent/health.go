@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // ready says whether the node serves its purpose, for /readyz: the pod
@@ -52,4 +56,18 @@ func checkLoopback(addr string) error {
 	}
 	return fmt.Errorf("--metrics-addr %q is not a loopback address: it serves metrics and profiles without authentication; "+
 		"bind it to 127.0.0.1 or [::1], and scrape /metrics on the kubelet port (authorized as nodes/metrics) from elsewhere", addr)
+}
+
+func (n *Node) metricsHandler() http.Handler { return debugHandler(n.gatherer) }
+
+// debugHandler serves the metrics of g, a health check and the process's
+// profiles, unauthenticated: only ever on a loopback address (checkLoopback).
+func debugHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// Profiles of the agent, for measuring it (vkubelet bench).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	return mux
 }
