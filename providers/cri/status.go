@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
@@ -235,4 +236,37 @@ func keepTransitionTimes(prev, next *corev1.PodStatus) {
 			}
 		}
 	}
+}
+
+// publish stores the pod's new status and, if it changed, hands the pod to the
+// NotifyPods callback (outside the lock).
+func (p *Provider) publish(rec *podRecord, status *corev1.PodStatus) {
+	p.mu.Lock()
+	keepTransitionTimes(rec.status, status)
+	changed := !equality.Semantic.DeepEqual(rec.status, status)
+	rec.status = status
+	notify := p.notify
+	var pod *corev1.Pod
+	if changed && notify != nil {
+		pod = rec.podLocked()
+	}
+	p.mu.Unlock()
+	if changed {
+		// What the pod controller was told, and when: with its own log, it tells
+		// a status the provider never reached from one the API never got.
+		p.log.Debug("pod status changed", "pod", rec.key, "phase", status.Phase, "ready", podReady(status), "notified", notify != nil)
+	}
+	if pod != nil {
+		notify(pod)
+	}
+}
+
+// podReady is the status of the pod's Ready condition.
+func podReady(s *corev1.PodStatus) corev1.ConditionStatus {
+	for _, c := range s.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
 }
