@@ -7,15 +7,15 @@
 //
 // Each pod has one goroutine (see sync.go) that makes the runtime match the pod, level
 // based, every Config.SyncInterval or when woken: a sandbox (its own network
-// namespace from the runtime's CNI configuration, or the host's), then the init
-// containers one at a time in order, then the app containers; images pulled
-// according to the pull policy, with the pod's pull credentials; crashed containers
-// restarted according to restartPolicy after a back-off (Config.BackoffBase doubling
-// to Config.BackoffMax); liveness, readiness and startup probes; ephemeral
-// containers (kubectl debug) started once each, in the process namespace of their
-// target container if they name one (ephemeral.go); and the pod's status computed
-// from what the runtime reports (status.go) and pushed to the NotifyPods callback
-// when it changes.
+// namespace from the runtime's CNI configuration, or the host's; sandbox.go), then
+// the init containers one at a time in order, then the app containers
+// (containers.go); images pulled according to the pull policy, with the pod's pull
+// credentials; crashed containers restarted according to restartPolicy after a
+// back-off (Config.BackoffBase doubling to Config.BackoffMax; backoff.go); liveness,
+// readiness and startup probes; ephemeral containers (kubectl debug) started once
+// each, in the process namespace of their target container if they name one
+// (ephemeral.go); and the pod's status computed from what the runtime reports
+// (status.go) and pushed to the NotifyPods callback when it changes.
 //
 // Where the runtime leaves it to the kubelet, the provider does what the kubelet
 // does: the sandbox's DNS configuration from the pod's dnsPolicy (dns.go), the
