@@ -5,7 +5,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,36 +45,6 @@ func BenchmarkUpdatableEqual(b *testing.B) {
 	for b.Loop() {
 		if !a.equal(c) {
 			b.Fatal("equal pods compared unequal")
-		}
-	}
-}
-
-// BenchmarkStatusPatch builds the patch of a pod going from Pending to Running.
-func BenchmarkStatusPatch(b *testing.B) { benchmarkStatusPatch(b, statusPatch) }
-
-// BenchmarkStatusPatchReference is the same with the generic strategic-merge diff
-// statusPatch replaced, for comparison.
-func BenchmarkStatusPatchReference(b *testing.B) { benchmarkStatusPatch(b, referenceStatusPatch) }
-
-func benchmarkStatusPatch(b *testing.B, patchOf func(types.UID, *corev1.PodStatus, *corev1.PodStatus) ([]byte, error)) {
-	p := benchPod()
-	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	running := &corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.7", HostIP: "10.0.0.1", StartTime: &now,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		}}
-	for _, c := range p.Spec.Containers {
-		running.ContainerStatuses = append(running.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		desired := mergeStatus(p.Status, running, statusSpec{})
-		patch, err := patchOf(p.UID, &p.Status, &desired)
-		if err != nil || patch == nil {
-			b.Fatal(err)
 		}
 	}
 }
