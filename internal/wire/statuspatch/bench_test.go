@@ -9,15 +9,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// BenchmarkBuild builds the patch of a pod of three containers going from
+// BenchmarkStatusPatch builds the patch of a pod of three containers going from
 // Pending to Running.
-func BenchmarkBuild(b *testing.B) { benchmarkBuild(b, Build) }
+func BenchmarkStatusPatch(b *testing.B) { benchmarkStatusPatch(b, Build) }
 
-// BenchmarkBuildReference is the same with the generic strategic-merge diff
+// BenchmarkStatusPatchReference is the same with the generic strategic-merge diff
 // Build replaced, for comparison.
-func BenchmarkBuildReference(b *testing.B) { benchmarkBuild(b, referenceStatusPatch) }
+func BenchmarkStatusPatchReference(b *testing.B) { benchmarkStatusPatch(b, referenceStatusPatch) }
 
-func benchmarkBuild(b *testing.B, patchOf func(types.UID, *corev1.PodStatus, *corev1.PodStatus) ([]byte, error)) {
+func benchmarkStatusPatch(b *testing.B, patchOf func(types.UID, *corev1.PodStatus, *corev1.PodStatus) ([]byte, error)) {
 	pending := corev1.PodStatus{Phase: corev1.PodPending}
 	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	running := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.7", HostIP: "10.0.0.1", StartTime: &now,
