@@ -58,7 +58,7 @@ func BenchmarkPodFromTheWatch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := Transform(obj); err != nil {
+			if _, err := transform(obj); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -71,7 +71,7 @@ func BenchmarkPodFromTheWatch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := Transform(obj); err != nil {
+			if _, err := transform(obj); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -130,8 +130,8 @@ func ListWatch(client kubernetes.Interface, raw *Client, selector string) cache.
 }
 
 // NewInformer returns an informer of the pods lw lists and watches, encoded if
-// raw (lw's reader) is not nil. Its transform must be Transform, or
-// TransformOf its indexer.
+// raw (lw's reader) is not nil. Its transform must be TransformOf its
+// indexer.
 func NewInformer(lw cache.ListerWatcher, raw *Client, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
 	if raw != nil {
 		return cache.NewSharedIndexInformer(lw, &RawPod{}, resync, indexers)

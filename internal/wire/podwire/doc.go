@@ -14,7 +14,7 @@
 // it.
 //
 // It is the pod controller's (pod/) and its informer's: Client lists, watches
-// and writes statuses, Transform turns what the informer receives into Pods.
+// and writes statuses, TransformOf turns what the informer receives into Pods.
 // It knows nothing of providers or of the controller's state. The field
 // numbers it reads are in fields.go, checked against k8s.io/api's Go types.
 package podwire

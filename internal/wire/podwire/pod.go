@@ -29,7 +29,7 @@ import (
 // memory grows by the packed bytes. Unpacking costs microseconds, once per sync.
 //
 // A Pod never changes once made: the informer replaces it on every update.
-// Make one with Compact, or through the informer's Transform.
+// Make one with Compact, or through the informer's TransformOf.
 type Pod struct {
 	// The few metadata fields the handlers and the informer's bookkeeping read,
 	// as fields rather than a whole metav1.ObjectMeta, which is 256 bytes of

@@ -55,7 +55,7 @@ func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
 	p.Status.Phase = corev1.PodSucceeded
 
-	obj, err := Transform(p)
+	obj, err := transform(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestCachedPodKeepsThePodWithoutManagedFields(t *testing.T) {
 		t.Fatal("DeepCopyObject lost the pod")
 	}
 	// Tombstones and anything else pass unchanged.
-	if obj, _ := Transform("tombstone"); obj != "tombstone" {
+	if obj, _ := transform("tombstone"); obj != "tombstone" {
 		t.Fatalf("transform changed a non-pod: %v", obj)
 	}
 }

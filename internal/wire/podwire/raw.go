@@ -32,7 +32,7 @@ import (
 
 // RawPod is a pod as the pod informer receives it: its metadata decoded,
 // without labels, owner references, finalizers and managed fields (no one
-// reads them before Transform makes it a Pod), and its whole protobuf
+// reads them before TransformOf makes it a Pod), and its whole protobuf
 // encoding, without managed fields.
 type RawPod struct {
 	metav1.ObjectMeta

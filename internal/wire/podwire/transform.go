@@ -5,12 +5,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Transform is the pod informer's transform: every pod it receives, read
+// transform is the pod informer's transform: every pod it receives, read
 // encoded (RawPod) or decoded (a clientset without a REST client of its own,
 // client-go's fakes), is stored, and handed to the event handlers, as a *Pod.
 // Anything else (a tombstone carries an object already transformed) passes
 // unchanged.
-func Transform(obj any) (any, error) {
+func transform(obj any) (any, error) {
 	switch p := obj.(type) {
 	case *RawPod:
 		return fromRaw(p), nil
@@ -23,7 +23,7 @@ func Transform(obj any) (any, error) {
 // fromRaw is Compact for a pod received encoded.
 func fromRaw(p *RawPod) *Pod { return cachedFrom(&p.ObjectMeta, p.raw) }
 
-// TransformOf is Transform for the informer whose cache is store: a pod that
+// TransformOf is transform for the informer whose cache is store: a pod that
 // replaces one of the same UID in it takes the name and UID strings of the one
 // it replaces instead of its own copies, so that a pod's status writes coming
 // back through the watch do not leave one copy more of them in memory each
@@ -33,7 +33,7 @@ func fromRaw(p *RawPod) *Pod { return cachedFrom(&p.ObjectMeta, p.raw) }
 // it replaces, or none if the pod is new.
 func TransformOf(store cache.Store) cache.TransformFunc {
 	return func(obj any) (any, error) {
-		obj, err := Transform(obj)
+		obj, err := transform(obj)
 		cp, ok := obj.(*Pod)
 		if err != nil || !ok {
 			return obj, err
