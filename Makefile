@@ -83,7 +83,8 @@ test:
 # docs/RELIABILITY.md has the figures.
 FUZZTIME ?= 15s
 FUZZ_TARGETS := kubeletapi:FuzzParseLogOptions kubeletapi:FuzzRoutes kubeletapi:FuzzStreamUpgrades \
-	pod:FuzzStatusPatchAgreesWithTheStrategicMergeDiff pod:FuzzRawPodDecode pod:FuzzRawPodListDecode pod:FuzzWatchEventDecode \
+	internal/wire/statuspatch:FuzzStatusPatchAgreesWithTheStrategicMergeDiff internal/wire/podwire:FuzzRawPodDecode \
+	internal/wire/podwire:FuzzRawPodListDecode internal/wire/podwire:FuzzWatchEventDecode \
 	internal/wire/apiwire:FuzzEnvelope providers/remote:FuzzPodRequest providers/interlink:FuzzStatusAnswer \
 	internal/compact/podpack:FuzzPackEncoded internal/compact/podpack:FuzzUnpackEncoded internal/compact/podpack:FuzzCondense \
 	internal/compact/tokenpack:FuzzPack internal/compact/tokenpack:FuzzCondense

@@ -1,16 +1,11 @@
 package pod
 
 import (
-	"fmt"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/vkubelet/vkubelet/internal/compact/podpack"
-	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // Reasons of the conditions the node fills in, the kubelet's.
@@ -46,7 +41,7 @@ func (c *Controller) completed(cached *cachedPod, api, s *corev1.PodStatus) (*co
 	now := metav1.NewTime(c.clock.Now())
 	copied := false
 	if lacksDerivedConditions(s) {
-		of, err := cached.containers()
+		of, err := containersOf(cached)
 		if err != nil {
 			return nil, err
 		}
@@ -133,35 +128,4 @@ func readyCondition(s *corev1.PodStatus, of podContainers, now metav1.Time) core
 		c.Message = "containers not ready: " + strings.Join(unready, ", ")
 	}
 	return c
-}
-
-// containers reads the names of the pod's app and init containers, and which
-// init containers are sidecars, from its encoding.
-func (c *cachedPod) containers() (podContainers, error) {
-	var of podContainers
-	err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
-		return walk(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) error {
-			if num != specContainersField && num != specInitContainersField {
-				return nil
-			}
-			ctr := apiwire.Value(whole)
-			name := string(apiwire.Field(ctr, containerNameField))
-			if num == specContainersField {
-				of.app = append(of.app, name)
-				return nil
-			}
-			of.init = append(of.init, name)
-			if corev1.ContainerRestartPolicy(apiwire.Field(ctr, containerRestartPolicyField)) == corev1.ContainerRestartPolicyAlways {
-				if of.sidecars == nil {
-					of.sidecars = map[string]bool{}
-				}
-				of.sidecars[name] = true
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return podContainers{}, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	return of, nil
 }

@@ -103,7 +103,7 @@ func TestTheCachedPodNamesItsContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	of, err := c.containers()
+	of, err := containersOf(c)
 	if err != nil {
 		t.Fatal(err)
 	}

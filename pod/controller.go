@@ -206,7 +206,7 @@ func NewController(cfg Config) (*Controller, error) {
 		UpdateFunc: c.handleUpdatedPod,
 		DeleteFunc: c.handleDeletedPod,
 	}
-	if cfg.Source != nil && cfg.Source.rawPods.sharedBy(cfg.Client) {
+	if cfg.Source != nil && cfg.Source.rawPods.SharedBy(cfg.Client) {
 		c.rawPods = cfg.Source.rawPods
 	} else {
 		c.rawPods = rawPodsOf(cfg.Client)
@@ -314,7 +314,7 @@ func (c *Controller) handlePod(obj any) {
 	if !ok {
 		return
 	}
-	key := p.key()
+	key := p.Key()
 	if p.DeletionTimestamp != nil {
 		c.deleteQueue.Add(key)
 		return
@@ -331,8 +331,8 @@ func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 	c.handlePod(newObj)
 	old, ok1 := oldObj.(*cachedPod)
 	p, ok2 := newObj.(*cachedPod)
-	if ok1 && ok2 && old.statusHash != p.statusHash && !p.terminal && p.DeletionTimestamp == nil && !c.ownStatus(p) {
-		c.statusQueue.Add(p.key())
+	if ok1 && ok2 && old.StatusHash() != p.StatusHash() && !p.Terminal() && p.DeletionTimestamp == nil && !c.ownStatus(p) {
+		c.statusQueue.Add(p.Key())
 	}
 }
 
@@ -342,11 +342,11 @@ func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 // write returns; the writer then decides (writeStatus).
 func (c *Controller) ownStatus(p *cachedPod) bool {
 	own := false
-	c.state.updateIfExists(p.key(), func(s *podState) {
+	c.state.updateIfExists(p.Key(), func(s *podState) {
 		switch {
 		case s.writing:
 			s.updatedWhileWriting, own = true, true
-		case s.writtenStatus == p.statusHash:
+		case s.writtenStatus == p.StatusHash():
 			// Ours, unless a check compared with the cache before it came.
 			own, s.staleCheck, s.echoPending = !s.staleCheck, false, false
 		}
@@ -367,8 +367,8 @@ func (c *Controller) handleDeletedPod(obj any) {
 	if !ok {
 		return
 	}
-	c.removed.forget(p.key())
-	c.deleteQueue.Add(p.key())
+	c.removed.forget(p.Key())
+	c.deleteQueue.Add(p.Key())
 }
 
 // handleReferenceChange is the resolver's callback: an object the pod references
@@ -418,8 +418,8 @@ func (c *Controller) pollStatuses(ctx context.Context) {
 		case <-t.C():
 		}
 		for _, p := range c.pods.list() {
-			if !p.terminal || p.DeletionTimestamp != nil {
-				c.statusQueue.Add(p.key())
+			if !p.Terminal() || p.DeletionTimestamp != nil {
+				c.statusQueue.Add(p.Key())
 			}
 		}
 	}

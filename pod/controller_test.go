@@ -554,9 +554,7 @@ func TestAStatusOnlyChangeIsSyncedWithoutDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.c.state.update("ns/a", func(s *podState) {
-		undecodable := *s.lastPod
-		undecodable.packed = "not a packed pod"
-		s.lastPod = &undecodable
+		s.lastPod = undecodable(s.lastPod)
 	})
 	p, _ := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
 	p.Status.Message = "status only"

@@ -48,7 +48,7 @@ func deadlineLeft(p *corev1.Pod, fromProvider *corev1.PodStatus, now time.Time) 
 func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState, cached *cachedPod, fromProvider *corev1.PodStatus) (err error) {
 	ctx, span := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "activeDeadline")))
 	defer func() { endSpan(span, err) }()
-	p, err := cached.pod()
+	p, err := cached.Decode()
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState
 // itself while the provider still had it (stopAtDeadline): its status is still
 // checked, for its containers' last states, though it is terminal.
 func stoppedByNode(st podState, cached *cachedPod) bool {
-	return cached.terminal && st.providerUID == cached.UID && st.deleteRequested == cached.UID && cached.DeletionTimestamp == nil
+	return cached.Terminal() && st.providerUID == cached.UID && st.deleteRequested == cached.UID && cached.DeletionTimestamp == nil
 }
 
 // failUnstartedAtDeadline ends a pod whose active deadline passed before the

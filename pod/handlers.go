@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -43,16 +42,16 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		return err
 	}
 	c.state.updateIfExists(key, func(s *podState) {
-		if cached.statusHash == s.writtenStatus {
+		if cached.StatusHash() == s.writtenStatus {
 			s.staleCheck = false // the cache shows the write: this check is up to date
 		}
 	})
 	st := c.state.get(key)
-	if st.providerUID != cached.UID || (cached.terminal && !stoppedByNode(st, cached)) {
+	if st.providerUID != cached.UID || (cached.Terminal() && !stoppedByNode(st, cached)) {
 		return nil // not (yet) in the provider, or finished for good
 	}
 	// The status and the few metadata fields below are all this handler reads.
-	p, err := cached.withStatus()
+	p, err := cached.WithStatus()
 	if err != nil {
 		return err
 	}
@@ -60,7 +59,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		// A newer spec may not have reached the provider yet: the status
 		// observes the generation the provider was given (unknown, 0, for a
 		// pod found in the provider at start whose copy has none).
-		if gen, err := st.lastPod.generation(); err == nil && gen > 0 {
+		if gen, err := st.lastPod.Generation(); err == nil && gen > 0 {
 			p.Generation = gen
 		}
 	}
@@ -112,13 +111,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	var running *corev1.PodSpec
 	if c.resizesInPlace() {
 		from := cached
-		if st.lastPod != nil && st.lastPod.specHash != cached.specHash {
+		if st.lastPod != nil && st.lastPod.SpecHash() != cached.SpecHash() {
 			// A spec change the sync has yet to hand over, a resize perhaps:
 			// the status tells the resources the provider runs.
 			from = st.lastPod
 		}
 		if from != cached || !reportsResources(&p.Status) {
-			if running, err = from.resourcesSpec(); err != nil {
+			if running, err = from.ResourcesSpec(); err != nil {
 				return err
 			}
 		}
@@ -183,7 +182,7 @@ func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, from
 	// The echo may have come during the write (ownStatus left it to us): the
 	// cache shows the write, and no echo is pending.
 	cur, cerr := c.pods.getCached(p.Namespace, p.Name)
-	shown := cerr == nil && written != 0 && cur.statusHash == written
+	shown := cerr == nil && written != 0 && cur.StatusHash() == written
 	if shown {
 		c.state.updateIfExists(key, func(s *podState) {
 			if s.writtenStatus == written {
@@ -211,19 +210,7 @@ func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, from
 // (cachedPod's statusHash), which patchStatus returns; 0 if not known.
 func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
 	if c.rawPods != nil {
-		answer, err := c.rawPods.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").
-			Name(name).SubResource("status").Body(patch).Stream(ctx)
-		if err != nil {
-			return 0, err
-		}
-		var status uint64
-		err = apiwire.Read(answer, func(data []byte) error {
-			if kind, raw, ok := apiwire.Envelope(data); ok && string(kind) == "Pod" {
-				status = statusFingerprint(raw)
-			}
-			return nil
-		})
-		return status, err
+		return c.rawPods.PatchStatus(ctx, namespace, name, patch)
 	}
 	// client-go's fake clientsets have no REST client.
 	_, err := c.client.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")

@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 )
 
 // WatchScope is what a node with a pod watch of its own (a Controller without a
@@ -132,7 +130,7 @@ func (lw *boundPodsListWatch) keep(e watch.Event) (watch.Event, bool) {
 func boundNode(obj runtime.Object) (string, bool) {
 	switch p := obj.(type) {
 	case *rawPod:
-		return string(apiwire.Field(apiwire.Field(p.raw, podSpecField), specNodeNameField)), true
+		return p.NodeName(), true
 	case *corev1.Pod:
 		return p.Spec.NodeName, true
 	}

@@ -62,7 +62,7 @@ func rawPodOn(t *testing.T, name, node string) *rawPod {
 		t.Fatal(err)
 	}
 	p := &rawPod{}
-	if err := p.decode(b); err != nil {
+	if err := p.Unmarshal(b); err != nil {
 		t.Fatal(err)
 	}
 	return p

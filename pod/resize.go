@@ -2,17 +2,12 @@ package pod
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"google.golang.org/protobuf/encoding/protowire"
-
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/compact/podpack"
-	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -276,32 +271,4 @@ func removeCondition(conds []corev1.PodCondition, t corev1.PodConditionType) []c
 		}
 	}
 	return conds
-}
-
-// resourcesSpec decodes, of the cached pod's spec, only its containers' names
-// and resources: what the status of a provider that resizes in place reports.
-func (c *cachedPod) resourcesSpec() (*corev1.PodSpec, error) {
-	spec := &corev1.PodSpec{}
-	err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
-		return walk(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) error {
-			if num != specContainersField && num != specInitContainersField {
-				return nil
-			}
-			ctr := apiwire.Value(whole)
-			out := corev1.Container{Name: string(apiwire.Field(ctr, containerNameField))}
-			if err := out.Resources.Unmarshal(apiwire.Field(ctr, containerResourcesField)); err != nil {
-				return err
-			}
-			if num == specContainersField {
-				spec.Containers = append(spec.Containers, out)
-			} else {
-				spec.InitContainers = append(spec.InitContainers, out)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cached pod %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	return spec, nil
 }

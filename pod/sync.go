@@ -67,7 +67,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		c.state.update(key, func(s *podState) { s.lastPod = cached })
 		return nil
 	}
-	p, err := cached.pod()
+	p, err := cached.Decode()
 	if err != nil {
 		return err
 	}
@@ -133,8 +133,8 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 // containers (a sync re-checks those) and no volume refresh due.
 func sameSpec(st podState, cached *cachedPod) bool {
 	return st.lastPod != nil && st.providerUID == cached.UID && !st.volumesStale &&
-		cached.DeletionTimestamp == nil && !cached.terminal && !cached.ephemeral &&
-		st.lastPod.specHash == cached.specHash
+		cached.DeletionTimestamp == nil && !cached.Terminal() && !cached.HasEphemeralContainers() &&
+		st.lastPod.SpecHash() == cached.SpecHash()
 }
 
 // sameUpdatable reports whether p (cached in the informer as cached) differs from
@@ -149,7 +149,7 @@ func (c *Controller) sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool
 	if last == cached {
 		return true, nil
 	}
-	lp, err := last.pod()
+	lp, err := last.Decode()
 	if err != nil {
 		return false, err
 	}
@@ -227,7 +227,7 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 			rp.Env = startedEnv(st.env, rp.Env)
 		}
 	}
-	last, err := st.lastPod.pod()
+	last, err := st.lastPod.Decode()
 	if err != nil {
 		return err
 	}
@@ -418,7 +418,7 @@ func (c *Controller) deleteLastFromProvider(ctx context.Context, last *cachedPod
 	if last == nil {
 		return nil
 	}
-	p, err := last.pod()
+	p, err := last.Decode()
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@
 // (this package's benchmark pod: 1,733 bytes to 136 against the static
 // dictionary). Pods of one node mostly come from a few templates, and against
 // a sibling a pod keeps little more than its own names, UID and times: once
-// the process has packed a pod big enough, it is added to the dictionary (see
-// staticDict), and the benchmark pod's sibling packs to 38 bytes. A pod's UID,
+// the process has packed a pod big enough, it is added to the dictionary
+// (dicts), and the benchmark pod's sibling packs to 38 bytes. A pod's UID,
 // random text of 36 characters, is packed as its 16 bytes (uuid.go). Packing takes
 // about a microsecond, and unpacking a fraction of one, far less than the
 // protobuf encoding and decoding around them (about 9 µs to decode that pod).
@@ -48,14 +48,12 @@ package podpack
 
 import (
 	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/klauspost/compress/s2"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vkubelet/vkubelet/internal/compact/deepstack"
+	"github.com/vkubelet/vkubelet/internal/compact/pack"
 )
 
 // maxEncodedPod bounds the length a packed pod may claim for its encoding:
@@ -65,43 +63,25 @@ import (
 const maxEncodedPod = 64 << 20
 
 // A packed pod is one byte that names its dictionary, then the S2 block. There
-// are two dictionaries: static, the encoding of dictionaryPod, and learned, the
-// same followed by the encoding of the first pod the process packs that is
-// big enough to teach something (minLearned, maxLearned). Pods of one node
-// mostly come from a few templates (a Deployment's replicas, a Job's), so
-// against a sibling a pod keeps little more than its names, UID and times (in
-// a probe of 2,000 Deployment pods on 200 nodes, the pod cache's and the
-// mock's packs together took 355 bytes a pod against 612). A pod unlike the
-// first compresses against learned as it would against static, which comes
-// first in it. Pods packed before learned exists keep static, so packed bytes
-// stay readable for the process's life.
-const (
-	staticDict  = 0
-	learnedDict = 1
-)
+// are two dictionaries (internal/compact/pack): static, the encoding of
+// dictionaryPod, and learned, the same followed by the encoding of the first
+// pod the process packs that is big enough to teach something (minLearned,
+// maxLearned). Pods of one node mostly come from a few templates (a
+// Deployment's replicas, a Job's), so against a sibling a pod keeps little
+// more than its names, UID and times (in a probe of 2,000 Deployment pods on
+// 200 nodes, the pod cache's and the mock's packs together took 355 bytes a
+// pod against 612). A pod unlike the first compresses against learned as it
+// would against static, which comes first in it. Pods packed before learned
+// exists keep static, so packed bytes stay readable for the process's life.
+var dicts = pack.NewDictionaries("podpack", dictionaryPodEncoding, minLearned, maxLearned)
 
 // minLearned and maxLearned bound the encodings a dictionary is learned from:
 // at least a pod's worth (an empty pod encodes to a few bytes), and not so long
-// that its hash table would miss most of it (S2 indexes a dictionary's first
-// 64 KiB, and a long one has the table's 32 KiB of slots to share).
+// that its hash table would miss most of it.
 const (
 	minLearned = 512
 	maxLearned = 8 << 10
 )
-
-// dicts holds the dictionaries. static is made on first use; learned is set
-// once, by the first pack of an encoding within those bounds, and never
-// changed after. Each holds, from its first use, a 32 KiB hash table of
-// itself, which every pack reads and none writes: an S2 dictionary is safe for
-// any number of goroutines at once and needs no per-goroutine state.
-var dicts struct {
-	static  func() *s2.Dict
-	learned atomic.Pointer[s2.Dict]
-}
-
-func init() {
-	dicts.static = sync.OnceValue(func() *s2.Dict { return makeDict(dictionaryPodEncoding(), nil) })
-}
 
 // dictionaryPodEncoding is the encoding of dictionaryPod, condensed.
 func dictionaryPodEncoding() []byte {
@@ -110,48 +90,6 @@ func dictionaryPodEncoding() []byte {
 		panic(fmt.Sprintf("podpack: encoding the dictionary pod: %v", err))
 	}
 	return condense(nil, raw)
-}
-
-// makeDict makes the S2 dictionary of base followed by more.
-func makeDict(base, more []byte) *s2.Dict {
-	src := append(slices.Clip(base), more...)
-	// A nil search start makes the dictionary's first byte the repeat offset
-	// S2 tries first; the best of all offsets saved the two test pods 6 bytes
-	// of 431 between them, too little to fit the dictionary to them.
-	d := s2.MakeDict(src, nil)
-	if d == nil {
-		panic(fmt.Sprintf("podpack: %d bytes are no S2 dictionary (%d to %d bytes)", len(src), s2.MinDictSize, s2.MaxDictSize))
-	}
-	return d
-}
-
-// dictFor returns the dictionary a pod encoded and condensed as raw is packed
-// against, and its number: learned if there is one, made from raw if raw may
-// teach it.
-func dictFor(raw []byte) (byte, *s2.Dict) {
-	if d := dicts.learned.Load(); d != nil {
-		return learnedDict, d
-	}
-	if len(raw) < minLearned || len(raw) > maxLearned {
-		return staticDict, dicts.static()
-	}
-	d := makeDict(dictionaryPodEncoding(), raw)
-	if !dicts.learned.CompareAndSwap(nil, d) {
-		d = dicts.learned.Load() // another pack's pod came first
-	}
-	return learnedDict, d
-}
-
-// dictOf returns the dictionary numbered id, or nil: bytes this process did
-// not pack may name one it does not have.
-func dictOf(id byte) *s2.Dict {
-	switch id {
-	case staticDict:
-		return dicts.static()
-	case learnedDict:
-		return dicts.learned.Load()
-	}
-	return nil
 }
 
 // Pack returns the packed form of p.
@@ -181,13 +119,6 @@ func PackAside(p *corev1.Pod) ([]byte, error) {
 	return packed, nil
 }
 
-// scratch holds buffers for the bytes in between: pods are compressed into one
-// before they are copied out at their size (a packed pod is kept for long, and
-// spare capacity in it would be kept with it; S2 also wants room for the worst
-// case, a little more than the encoding), and decompressed into one before they
-// are decoded.
-var scratch = sync.Pool{New: func() any { return new([]byte) }}
-
 // PackEncoded returns the packed form of a pod already protobuf-encoded, for
 // callers that read the encoding first.
 //
@@ -199,17 +130,16 @@ var scratch = sync.Pool{New: func() any { return new([]byte) }}
 // goroutine; zstd took 5.8 µs there), paid on every pack by callers that pack on
 // a fresh goroutine, as the mock provider does in the pod controller's syncs.
 func PackEncoded(raw []byte) []byte {
-	condensed := scratch.Get().(*[]byte)
-	*condensed = condense((*condensed)[:0], raw)
-	id, d := dictFor(*condensed)
-	buf := scratch.Get().(*[]byte)
-	// Encode writes from the start of its destination, not after it.
-	*buf = d.Encode((*buf)[:0], *condensed)
-	packed := make([]byte, 1+len(*buf))
-	packed[0] = id
-	copy(packed[1:], *buf)
-	scratch.Put(buf)
-	scratch.Put(condensed)
+	condensed := pack.Buffer()
+	defer pack.Release(condensed)
+	*condensed = condense(*condensed, raw)
+	id, d := dicts.For(*condensed)
+	var packed []byte
+	pack.Compress(d, *condensed, func(block []byte) {
+		packed = make([]byte, 1+len(block))
+		packed[0] = id
+		copy(packed[1:], block)
+	})
 	return packed
 }
 
@@ -234,7 +164,7 @@ func UnpackEncoded(packed []byte, use func(raw []byte) error) error {
 	if len(packed) == 0 {
 		return fmt.Errorf("unpacking pod: no bytes")
 	}
-	d := dictOf(packed[0])
+	d := dicts.Of(packed[0])
 	if d == nil {
 		return fmt.Errorf("unpacking pod: dictionary %d unknown", packed[0])
 	}
@@ -246,21 +176,22 @@ func UnpackEncoded(packed []byte, use func(raw []byte) error) error {
 	if n > maxEncodedPod {
 		return fmt.Errorf("unpacking pod: %d bytes claimed, more than any pod encodes to", n)
 	}
-	buf, out := scratch.Get().(*[]byte), scratch.Get().(*[]byte)
-	defer scratch.Put(buf)
-	defer scratch.Put(out)
-	condensed, err := d.Decode((*buf)[:0], block)
+	var useErr error
+	err = pack.Decompress(d, block, func(condensed []byte) {
+		out := pack.Buffer()
+		defer pack.Release(out)
+		raw, err := expand(*out, condensed)
+		if err != nil {
+			useErr = fmt.Errorf("unpacking pod: %w", err)
+			return
+		}
+		*out = raw
+		if err := use(raw); err != nil {
+			useErr = fmt.Errorf("decoding unpacked pod: %w", err)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("unpacking pod: %w", err)
 	}
-	*buf = condensed
-	raw, err := expand((*out)[:0], condensed)
-	if err != nil {
-		return fmt.Errorf("unpacking pod: %w", err)
-	}
-	*out = raw
-	if err := use(raw); err != nil {
-		return fmt.Errorf("decoding unpacked pod: %w", err)
-	}
-	return nil
+	return useErr
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/compact/pack"
 	"github.com/vkubelet/vkubelet/internal/compact/uuidbytes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -111,7 +112,7 @@ func TestBytesThatAreNotAPackedPodAreAnError(t *testing.T) {
 	}
 	// Bytes that claim more than any pod encodes to are refused before
 	// anything is allocated for them.
-	huge := binary.AppendUvarint([]byte{staticDict}, maxEncodedPod+1)
+	huge := binary.AppendUvarint([]byte{pack.Static}, maxEncodedPod+1)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	err := UnpackEncoded(huge, func([]byte) error { return nil })
@@ -301,8 +302,7 @@ func benchmarkOnANewGoroutine(b *testing.B, op func()) {
 func TestPodsPackSmallerAgainstTheFirstPodAndStayReadable(t *testing.T) {
 	// The test makes the process's learned dictionary anew: it puts the one
 	// it found back, for the bytes other tests packed against it.
-	was := dicts.learned.Swap(nil)
-	t.Cleanup(func() { dicts.learned.Store(was) })
+	t.Cleanup(dicts.Relearn())
 
 	small := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}
 	first, second := aPod(1), aPod(2)
@@ -314,11 +314,11 @@ func TestPodsPackSmallerAgainstTheFirstPodAndStayReadable(t *testing.T) {
 		}
 		packs = append(packs, packed)
 	}
-	if packs[0][0] != staticDict || packs[1][0] != learnedDict || packs[2][0] != learnedDict {
+	if packs[0][0] != pack.Static || packs[1][0] != pack.Learned || packs[2][0] != pack.Learned {
 		t.Fatalf("dictionaries %d, %d, %d; want static for the small pod, learned from the first big one on", packs[0][0], packs[1][0], packs[2][0])
 	}
 	raw, _ := second.Marshal()
-	againstStatic := len(dicts.static().Encode(nil, raw)) + 1
+	againstStatic := len(dicts.Of(pack.Static).Encode(nil, raw)) + 1
 	t.Logf("a sibling of the first pod: %d bytes encoded, %d packed against the learned dictionary, %d against the static one", len(raw), len(packs[2]), againstStatic)
 	if len(packs[2]) >= againstStatic {
 		t.Errorf("a sibling of the first pod packs to %d bytes against the learned dictionary, %d against the static one", len(packs[2]), againstStatic)

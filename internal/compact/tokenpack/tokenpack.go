@@ -38,12 +38,12 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unique"
 
 	"github.com/klauspost/compress/s2"
 
 	"github.com/vkubelet/vkubelet/internal/compact/deepstack"
+	"github.com/vkubelet/vkubelet/internal/compact/pack"
 )
 
 // Token is a token kept packed. The zero Token is the empty one.
@@ -75,43 +75,31 @@ const claimsSkeleton = `{"aud":["https://kubernetes.default.svc.cluster.local"],
 	`"serviceaccount":{"name":"default","uid":"00000000-0000-0000-0000-000000000000"},` +
 	`"warnafter":1700000000},"nbf":1700000000,"sub":"system:serviceaccount:default:default"}`
 
-// dict is the S2 dictionary the claims are compressed against, made by the
-// process's first pack (dictFor) and never changed after: every token the
-// process packed was compressed against it, and is decompressed against it.
-// Its hash table (32 KiB, built on the first pack) is read by every pack,
-// written by none.
-var dict atomic.Pointer[s2.Dict]
+// dicts holds the S2 dictionary the claims are compressed against: the
+// learned one (internal/compact/pack), made by the process's first pack
+// (Dictionaries.First) and never changed after: every token the process packed
+// was compressed against it, and is decompressed against it. Its hash table
+// (32 KiB, built on the first pack) is read by every pack, written by none.
+//
+// It is made of claimsSkeleton followed by the claims being packed (at most
+// maxLearned bytes), both condensed. A node's tokens share much more than the
+// skeleton's keys: one issuer and audience, the node's name and UID, and for
+// most pods one namespace and the UID of its default ServiceAccount. A token
+// that shares the first's node and ServiceAccount is kept in about 35 bytes
+// less than against the skeleton alone
+// (TestTokensOfOneNodePackSmallerThanTheFirst: 134 against 168, the UUIDs
+// condensed; 169 against 242 before); a token unlike the first compresses as
+// it would against the skeleton, which comes first (and the nearest matches,
+// last, are the likeliest ones).
+var dicts = pack.NewDictionaries("tokenpack", condensedSkeleton, 0, maxLearned)
 
 // maxLearned bounds the first token's claims that join the dictionary.
 const maxLearned = 4 << 10
 
-// dictFor returns dict, made first if this is the process's first pack, from
-// claimsSkeleton followed by the claims being packed (at most maxLearned
-// bytes), both condensed. A node's tokens share much more than the skeleton's
-// keys: one issuer and audience, the node's name and UID, and for most pods
-// one namespace and the UID of its default ServiceAccount. A token that shares
-// the first's node and ServiceAccount is kept in about 35 bytes less than
-// against the skeleton alone (TestTokensOfOneNodePackSmallerThanTheFirst: 134
-// against 168, the UUIDs condensed; 169 against 242 before); a token
-// unlike the first compresses as it would against the skeleton, which comes
-// first.
-func dictFor(claims []byte) *s2.Dict {
-	if d := dict.Load(); d != nil {
-		return d
-	}
+// condensedSkeleton is claimsSkeleton condensed.
+func condensedSkeleton() []byte {
 	src, _ := condense([]byte(claimsSkeleton))
-	if len(claims) <= maxLearned {
-		// Last, so that the nearest matches are the likeliest ones.
-		src = append(src, claims...)
-	}
-	d := s2.MakeDict(src, nil)
-	if d == nil {
-		panic(fmt.Sprintf("tokenpack: %d bytes of claims are no S2 dictionary", len(src)))
-	}
-	if dict.CompareAndSwap(nil, d) {
-		return d
-	}
-	return dict.Load()
+	return src
 }
 
 // maxClaims bounds the claims this package compresses: S2 refers to the
@@ -145,15 +133,14 @@ func Pack(token []byte) Token {
 		return Token{body: token}
 	}
 	deepstack.Do(func() {
-		buf := scratch.Get().(*[]byte)
-		*buf = dictFor(condensed).Encode((*buf)[:0], condensed)
-		var length [binary.MaxVarintLen64]byte
-		k := binary.PutUvarint(length[:], uint64(sigLen))
-		body = make([]byte, 0, k+sigLen+len(*buf)) // kept for long: no spare room
-		body = append(body, length[:k]...)
-		body, err = b64Strict.AppendDecode(body, sig64)
-		body = append(body, *buf...)
-		scratch.Put(buf)
+		pack.Compress(dicts.First(condensed), condensed, func(block []byte) {
+			var length [binary.MaxVarintLen64]byte
+			k := binary.PutUvarint(length[:], uint64(sigLen))
+			body = make([]byte, 0, k+sigLen+len(block)) // kept for long: no spare room
+			body = append(body, length[:k]...)
+			body, err = b64Strict.AppendDecode(body, sig64)
+			body = append(body, block...)
+		})
 	})
 	if err != nil {
 		return Token{body: token}
@@ -204,10 +191,6 @@ func (r *recentTokens) put(hash uint64, t Token) {
 	r.slots[hash%recentSlots] = recentToken{hash: hash, token: t}
 }
 
-// scratch holds buffers the claims are compressed into before they are copied
-// into a body of their size.
-var scratch = sync.Pool{New: func() any { return new([]byte) }}
-
 // split cuts a compact JWT into its three segments, each of base64url's
 // characters only (the decoder would skip newlines; Bytes would not write them
 // back).
@@ -242,9 +225,9 @@ func (t Token) is(token []byte) bool {
 	if !t.Packed() {
 		return bytes.Equal(t.body, token)
 	}
-	buf := scratch.Get().(*[]byte)
-	defer scratch.Put(buf)
-	*buf = t.appendTo((*buf)[:0])
+	buf := pack.Buffer()
+	defer pack.Release(buf)
+	*buf = t.appendTo(*buf)
 	return bytes.Equal(*buf, token)
 }
 
@@ -252,18 +235,16 @@ func (t Token) is(token []byte) bool {
 func (t Token) appendTo(out []byte) []byte {
 	sigLen, n := binary.Uvarint(t.body)
 	sig, block := t.body[n:n+int(sigLen)], t.body[n+int(sigLen):]
-	buf := scratch.Get().(*[]byte)
-	defer scratch.Put(buf)
-	// A packed token exists only once dict does.
-	condensed, err := dict.Load().Decode((*buf)[:0], block)
+	expanded := pack.Buffer()
+	defer pack.Release(expanded)
+	// A packed token exists only once the dictionary does.
+	err := pack.Decompress(dicts.Of(pack.Learned), block, func(condensed []byte) {
+		*expanded = expand(*expanded, condensed)
+	})
 	if err != nil {
 		// Pack rebuilt the token from these bytes before it kept them.
 		panic(fmt.Sprintf("tokenpack: a packed token does not unpack: %v", err))
 	}
-	*buf = condensed
-	expanded := scratch.Get().(*[]byte)
-	defer scratch.Put(expanded)
-	*expanded = expand((*expanded)[:0], condensed)
 	claims := *expanded
 	header := t.header.Value()
 	out = slices.Grow(out, len(header)+2+b64.EncodedLen(len(claims))+b64.EncodedLen(len(sig)))

@@ -195,12 +195,12 @@ func TestARememberedTokenOfTheSameHashButOtherBytesIsNotGiven(t *testing.T) {
 func TestTokensOfOneNodePackSmallerThanTheFirst(t *testing.T) {
 	// The test makes the dictionary anew; it puts the process's back, and
 	// forgets the tokens it packed, which only the test's dictionary reads.
-	was := dict.Swap(nil)
+	restore := dicts.Relearn()
 	t.Cleanup(func() {
 		recent.mu.Lock()
 		recent.slots = [recentSlots]recentToken{}
 		recent.mu.Unlock()
-		dict.Store(was)
+		restore()
 	})
 	node, sa := uuid(t), uuid(t)
 	first := Pack(nodeToken(t, "web-1", node, sa, 64))

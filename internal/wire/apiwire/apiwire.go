@@ -15,6 +15,7 @@ package apiwire
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"sync"
 
@@ -132,6 +133,22 @@ func EachField(raw []byte, fn func(num protowire.Number, whole []byte) bool) {
 		}
 		raw = raw[n+m:]
 	}
+}
+
+// Walk is EachField for bytes from the wire: fn's error ends the walk and is
+// returned, and a malformed field is an error, not the end of the message.
+func Walk(raw []byte, fn func(num protowire.Number, whole []byte) error) error {
+	var err error
+	read := 0
+	EachField(raw, func(num protowire.Number, whole []byte) bool {
+		read += len(whole)
+		err = fn(num, whole)
+		return err == nil
+	})
+	if err == nil && read != len(raw) {
+		err = fmt.Errorf("malformed protobuf field at byte %d of %d", read, len(raw))
+	}
+	return err
 }
 
 // Value is the value of a length-delimited field given whole (tag included);

@@ -1,4 +1,4 @@
-package pod
+package podwire
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 // standard decoder refuses, exactly the bytes sent, managed fields aside: never
 // a wrong pod.
 func FuzzRawPodDecode(f *testing.F) {
-	p := benchPod()
+	p := typicalPod()
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
 	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", UID: "u1"}}
 	p.Finalizers = []string{"example.com/keep"}
@@ -35,8 +35,8 @@ func FuzzRawPodDecode(f *testing.F) {
 	}
 	f.Add([]byte{0x0a, 0x80})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var rp rawPod
-		err := rp.decode(data)
+		var rp RawPod
+		err := rp.Unmarshal(data)
 		var want corev1.Pod
 		wantErr := want.Unmarshal(data)
 		if err != nil {
@@ -75,7 +75,7 @@ func FuzzRawPodDecode(f *testing.F) {
 // and object the standard stream decoder reads.
 func FuzzWatchEventDecode(f *testing.F) {
 	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
-	p := benchPod()
+	p := typicalPod()
 	p.Kind, p.APIVersion = "Pod", "v1"
 	var pod strings.Builder
 	if err := info.Serializer.Encode(p, &pod); err != nil {
@@ -157,7 +157,7 @@ func eachWireField(t *testing.T, msg []byte, fn func(num protowire.Number, typ p
 // a list it reads has the items, in order, that the standard decoder reads.
 func FuzzRawPodListDecode(f *testing.F) {
 	for _, l := range []*corev1.PodList{
-		{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []corev1.Pod{*benchPod(), {ObjectMeta: metav1.ObjectMeta{Name: "b"}}}},
+		{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []corev1.Pod{*typicalPod(), {ObjectMeta: metav1.ObjectMeta{Name: "b"}}}},
 		{},
 	} {
 		raw, err := l.Marshal()
@@ -177,7 +177,7 @@ func FuzzRawPodListDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		got := obj.(*rawPodList)
+		got := obj.(*RawPodList)
 		var want corev1.PodList
 		if want.Unmarshal(data) != nil {
 			return // each item's kept bytes are checked by FuzzRawPodDecode

@@ -1,4 +1,4 @@
-package pod
+package statuspatch
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
-// statusPatch builds the strategic-merge patch that turns current into desired for
+// Build returns the strategic-merge patch that turns current into desired for
 // the pod with the given UID, or nil when there is nothing to write. The patch
 // carries metadata.uid, so the API server refuses it if the pod was replaced by
 // another with the same name in the meantime.
@@ -25,7 +25,7 @@ import (
 // atomic lists are sent whole. Whatever PodStatus holds beyond the fields handled
 // here (resource claims, allocated resources, fields added to the API later) still
 // goes through the generic diff, so nothing is ever dropped.
-func statusPatch(uid types.UID, current, desired *corev1.PodStatus) ([]byte, error) {
+func Build(uid types.UID, current, desired *corev1.PodStatus) ([]byte, error) {
 	if same(current, desired) {
 		return nil, nil // nothing changed, or only what the API does not keep
 	}
@@ -88,8 +88,8 @@ func statusPatch(uid types.UID, current, desired *corev1.PodStatus) ([]byte, err
 	return append(w.buf, "}}"...), nil
 }
 
-// restOf is s without the fields statusPatch writes itself. A field missing here is
-// still patched, through the generic diff; a field statusPatch writes must be
+// restOf is s without the fields Build writes itself. A field missing here is
+// still patched, through the generic diff; a field Build writes must be
 // cleared here, or the patch would carry it twice.
 func restOf(s *corev1.PodStatus) corev1.PodStatus {
 	r := *s

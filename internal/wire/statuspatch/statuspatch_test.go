@@ -1,4 +1,4 @@
-package pod
+package statuspatch
 
 import (
 	"encoding/json"
@@ -19,7 +19,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
-// referenceStatusPatch is the generic way statusPatch must agree with: encode both
+var (
+	t0 = metav1.NewTime(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
+	t1 = metav1.NewTime(t0.Add(time.Hour))
+)
+
+func running(name string, since metav1.Time, restarts int32) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, RestartCount: restarts,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: since}}}
+}
+
+// referenceStatusPatch is the generic way Build must agree with: encode both
 // statuses in a pod and let the strategic-merge library diff them.
 func referenceStatusPatch(uid types.UID, current, desired *corev1.PodStatus) ([]byte, error) {
 	if equality.Semantic.DeepEqual(current, desired) {
@@ -89,13 +99,13 @@ func asStored(t testing.TB, s corev1.PodStatus) corev1.PodStatus {
 	return out
 }
 
-// checkPatch checks that statusPatch turns current into desired on the server,
+// checkPatch checks that Build turns current into desired on the server,
 // exactly as the reference patch does, and writes nothing when the reference would not.
 func checkPatch(t testing.TB, current, desired corev1.PodStatus) {
 	t.Helper()
-	patch, err := statusPatch(patchUID, &current, &desired)
+	patch, err := Build(patchUID, &current, &desired)
 	if err != nil {
-		t.Fatalf("statusPatch: %v", err)
+		t.Fatalf("Build: %v", err)
 	}
 	ref, err := referenceStatusPatch(patchUID, &current, &desired)
 	if err != nil {
@@ -212,7 +222,7 @@ func TestAConditionAddedByOthersAfterOurReadSurvives(t *testing.T) {
 	desired := *current.DeepCopy()
 	desired.Phase = corev1.PodRunning
 	desired.Conditions = append(desired.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: t1})
-	patch, err := statusPatch(patchUID, &current, &desired)
+	patch, err := Build(patchUID, &current, &desired)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +250,7 @@ func TestSubSecondTimesTheAPIDoesNotKeepWriteNothing(t *testing.T) {
 	later := metav1.NewTime(t0.Add(400 * time.Millisecond))
 	desired := corev1.PodStatus{StartTime: &later, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: later}},
 		ContainerStatuses: []corev1.ContainerStatus{running("app", later, 0)}}
-	if patch, err := statusPatch(patchUID, &current, &desired); patch != nil || err != nil {
+	if patch, err := Build(patchUID, &current, &desired); patch != nil || err != nil {
 		t.Errorf("got %s, %v; want no patch", patch, err)
 	}
 }
@@ -264,7 +274,7 @@ func TestEveryPodStatusFieldIsPatched(t *testing.T) {
 				if equality.Semantic.DeepEqual(current, asStored(t, desired)) {
 					continue
 				}
-				if patch, _ := statusPatch(patchUID, &current, &desired); patch == nil {
+				if patch, _ := Build(patchUID, &current, &desired); patch == nil {
 					t.Fatalf("no patch from %s to %s", dump(current), dump(desired))
 				}
 				checkPatch(t, current, desired)
@@ -318,7 +328,7 @@ func filled(t reflect.Type, depth int) reflect.Value {
 	return v
 }
 
-// statusPatch writes some fields itself on the strength of their patch strategy
+// Build writes some fields itself on the strength of their patch strategy
 // and of the fields of their elements: this fails when k8s.io/api changes either.
 func TestTheFieldsWrittenDirectlyAreAsStatusPatchAssumes(t *testing.T) {
 	strategies := map[string]string{
@@ -333,7 +343,7 @@ func TestTheFieldsWrittenDirectlyAreAsStatusPatchAssumes(t *testing.T) {
 			continue
 		}
 		if got := f.Tag.Get("patchStrategy") + "/" + f.Tag.Get("patchMergeKey"); got != want {
-			t.Errorf("PodStatus.%s patch strategy %q, statusPatch assumes %q", name, got, want)
+			t.Errorf("PodStatus.%s patch strategy %q, Build assumes %q", name, got, want)
 		}
 	}
 	// appendCondition and appendIP write these members and no others.
@@ -349,7 +359,7 @@ func TestTheFieldsWrittenDirectlyAreAsStatusPatchAssumes(t *testing.T) {
 			got = append(got, typ.Field(i).Tag.Get("json"))
 		}
 		if !slices.Equal(got, want) {
-			t.Errorf("%s has members %q, statusPatch writes %q", typ, got, want)
+			t.Errorf("%s has members %q, Build writes %q", typ, got, want)
 		}
 	}
 }

@@ -1,6 +1,6 @@
-package pod
+package statuspatch
 
-// How a pod status is written out as JSON, for statusPatch: what compares equal
+// How a pod status is written out as JSON, for Build: what compares equal
 // once written, and the few JSON values it writes itself without encoding/json.
 
 import (

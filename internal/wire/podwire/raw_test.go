@@ -1,4 +1,4 @@
-package pod
+package podwire
 
 import (
 	"bytes"
@@ -21,13 +21,13 @@ import (
 // fields it is a valid, smaller pod, as protobuf has it; the envelope says
 // how long the pod is.)
 func TestATruncatedPodIsAnError(t *testing.T) {
-	p := benchPod()
+	p := typicalPod()
 	raw, err := p.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var whole rawPod
-	if err := whole.decode(raw); err != nil {
+	var whole RawPod
+	if err := whole.Unmarshal(raw); err != nil {
 		t.Fatalf("the whole pod: %v", err)
 	}
 	boundary := map[int]bool{}
@@ -41,8 +41,8 @@ func TestATruncatedPodIsAnError(t *testing.T) {
 		if boundary[n] {
 			continue
 		}
-		var rp rawPod
-		if err := rp.decode(raw[:n]); err == nil {
+		var rp RawPod
+		if err := rp.Unmarshal(raw[:n]); err == nil {
 			t.Fatalf("the first %d of %d bytes decoded as a pod", n, len(raw))
 		}
 	}
@@ -64,7 +64,7 @@ func TestOtherKindsAreDecodedAsBefore(t *testing.T) {
 	}
 }
 
-// The fingerprint patchStatus reads off the API server's answer, the pod
+// The fingerprint PatchStatus reads off the API server's answer, the pod
 // with its managed fields, is the one the informer's copy of that pod gets
 // without them: a status write is then known for its own echo.
 func TestAStatusWritesAnswerHasTheInformersFingerprint(t *testing.T) {
@@ -77,7 +77,7 @@ func TestAStatusWritesAnswerHasTheInformersFingerprint(t *testing.T) {
 		}
 		return []byte(b.String())
 	}
-	p := benchPod()
+	p := typicalPod()
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "vkubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}
 	p.Status.Phase = corev1.PodRunning
 	answer := encode(p)
@@ -85,7 +85,7 @@ func TestAStatusWritesAnswerHasTheInformersFingerprint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cached := compactRaw(obj.(*rawPod))
+	cached := fromRaw(obj.(*RawPod))
 	kind, raw, ok := apiwire.Envelope(answer)
 	if !ok || string(kind) != "Pod" {
 		t.Fatalf("envelope: kind %q, ok %v", kind, ok)
@@ -104,7 +104,7 @@ func TestAStatusWritesAnswerHasTheInformersFingerprint(t *testing.T) {
 // copying their object; a cut frame is an error.
 func TestWatchEventsDecodeAsBefore(t *testing.T) {
 	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
-	p := benchPod()
+	p := typicalPod()
 	p.Kind, p.APIVersion = "Pod", "v1"
 	var pod strings.Builder
 	if err := info.Serializer.Encode(p, &pod); err != nil {

@@ -1,4 +1,4 @@
-package pod
+package statuspatch
 
 import (
 	"fmt"
@@ -62,7 +62,7 @@ func (g statusGen) conditions() []corev1.PodCondition {
 }
 
 // ips are the indexes in genIPs of up to two addresses, rarely one repeated,
-// which the API refuses but statusPatch must still handle as the generic diff does.
+// which the API refuses but Build must still handle as the generic diff does.
 func (g statusGen) ips() []int {
 	out := g.r.Perm(len(genIPs))[:g.r.IntN(3)]
 	if len(out) > 0 && g.chance(40) {
