@@ -1,4 +1,4 @@
-package main
+package nodeflags
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 func TestJSONLogsCarryKlogLinesOfTheKubernetesLibraries(t *testing.T) {
 	var buf bytes.Buffer
-	l, err := newLogger(&buf, "info", "json")
+	l, err := NewLogger(&buf, "info", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestJSONLogsCarryKlogLinesOfTheKubernetesLibraries(t *testing.T) {
 }
 
 func TestAnUnknownLogFormatIsRefused(t *testing.T) {
-	if _, err := newLogger(&bytes.Buffer{}, "info", "yaml"); err == nil || !strings.Contains(err.Error(), "--log-format") {
+	if _, err := NewLogger(&bytes.Buffer{}, "info", "yaml"); err == nil || !strings.Contains(err.Error(), "--log-format") {
 		t.Errorf("err = %v, want one naming --log-format", err)
 	}
 }
