@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -25,7 +26,10 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		RunE:         runNode(f),
 	}
 	f.Register(cmd.Flags())
-	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand(), newApproverCommand())
+	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newApproverCommand())
+	for _, name := range []string{"up", "bench", "controlplane"} {
+		cmd.AddCommand(newMovedCommand(name))
+	}
 	return cmd
 }
 
@@ -66,6 +70,23 @@ func runNode(f *nodeflags.Flags) func(*cobra.Command, []string) error {
 			return err
 		}
 		return n.Run(cmd.Context(), nil)
+	}
+}
+
+// newMovedCommand is a hidden command standing for one of vkubeletctl's, the lab's
+// commands, which the node's binary does not carry: it says where the command is
+// and fails.
+func newMovedCommand(name string) *cobra.Command {
+	return &cobra.Command{
+		Use:                name,
+		Hidden:             true,
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		SilenceErrors:      true, // main prints it, once
+		RunE: func(_ *cobra.Command, args []string) error {
+			return fmt.Errorf("%s is in vkubeletctl, the lab's command (the node's binary carries only the node): run vkubeletctl %s",
+				name, strings.Join(append([]string{name}, args...), " "))
+		},
 	}
 }
 

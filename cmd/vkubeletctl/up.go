@@ -78,7 +78,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				return err
 			}
 			defer func() {
-				fmt.Fprintln(cmd.ErrOrStderr(), "vkubelet up: stopping the control plane")
+				fmt.Fprintln(cmd.ErrOrStderr(), "vkubeletctl up: stopping the control plane")
 				if err := cp.Stop(); err != nil {
 					log.Error("stopping the control plane", "error", err)
 				}
@@ -119,7 +119,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if err := os.WriteFile(cfg.ProviderConfig, b, 0o644); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubeletctl up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
 			}
 			if cfg.Provider == "slurm" && cfg.ProviderConfig == "" {
 				// No cluster given: run a private Slurm (slurmctld, slurmd, munged)
@@ -146,7 +146,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if err := os.WriteFile(cfg.ProviderConfig, b, 0o644); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: Slurm cluster %s (export SLURM_CONF=%s; %d CPUs, 2 placeholder GPUs); image busybox served from %s\n",
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubeletctl up: Slurm cluster %s (export SLURM_CONF=%s; %d CPUs, 2 placeholder GPUs); image busybox served from %s\n",
 					env.NodeName, env.Conf, env.CPUs, reg.Registry)
 			}
 			// The node runs as a kubelet does in a real cluster: under its own
@@ -222,7 +222,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if criEnv != nil && link != nil {
 					network = startClusterNetwork(ctx, cmd.ErrOrStderr(), log, cp, link, configs[0].NodeName, criEnv.PodCIDR, dir)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: node %s ready in %s; stop with Ctrl-C\n",
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubeletctl up: node %s ready in %s; stop with Ctrl-C\n",
 					strings.Join(names, ", "), time.Since(started).Round(time.Millisecond))
 				fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)
 			})
@@ -299,7 +299,7 @@ func startMetricsServer(ctx context.Context, out io.Writer, log *slog.Logger, cp
 			}
 			return
 		}
-		fmt.Fprintf(out, "vkubelet up: metrics.k8s.io served by metrics-server after %s; kubectl top shows a pod about 30s after it starts\n",
+		fmt.Fprintf(out, "vkubeletctl up: metrics.k8s.io served by metrics-server after %s; kubectl top shows a pod about 30s after it starts\n",
 			time.Since(started).Round(time.Millisecond))
 	}()
 }

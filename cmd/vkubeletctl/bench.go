@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +27,7 @@ func newBenchCommand() *cobra.Command {
 		kubeconfig   string
 		runs         int
 		providerName string
+		vkubelet     string
 	)
 	cfg.Shape = bench.ShapeDeployment
 	cmd := &cobra.Command{
@@ -35,7 +38,8 @@ create bound to a node and mark Running doing the minimum a node must (the creat
 a TokenRequest bound to the pod for each service-account token it mounts, as the
 kubelet makes; one status write shaped like a kubelet's), pipelined and observed
 by watch, and how many it can delete (the graceful delete, then the node's final
-one). Then it runs a virtual node with the mock provider as a child process,
+one). Then it runs a virtual node with the mock provider as a child process
+(the vkubelet command: --vkubelet, by default the one next to vkubeletctl),
 creates --pods pods on it (at --rate per second, or as fast as --concurrency
 allows), and reports throughput, create→Running latency (observed by watch), the
 agent's API writes per pod, its memory and CPU, and the same for deleting them
@@ -64,7 +68,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			bin, err := os.Executable()
+			bin, err := nodeBinary(vkubelet)
 			if err != nil {
 				return err
 			}
@@ -125,8 +129,28 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&vkubelet, "vkubelet", "", "the vkubelet executable run as the node agent (default: vkubelet next to vkubeletctl)")
 	f.StringVar(&providerName, "provider", "mock", "mock, or slurm: a private Slurm started for the run, the same jobs submitted by sbatch and run as pods through a node with --provider slurm (pods of --pod-shape running sleep; --concurrency submitters, default 50); or cri: a private containerd started for the run, the same pods run through the CRI directly (as crictl runp, create, start) and through a node with --provider cri")
 	return cmd
+}
+
+// nodeBinary is the vkubelet executable that bench runs as the node agent: path
+// (a file, or a name looked up in $PATH), else vkubelet next to this executable,
+// as `make build` puts them. It is absolute, as the agent runs in a directory of
+// its own.
+func nodeBinary(path string) (string, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding vkubelet next to vkubeletctl: %w; give --vkubelet PATH", err)
+		}
+		path = filepath.Join(filepath.Dir(self), "vkubelet")
+	}
+	found, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("bench runs the node agent from the vkubelet command, not found: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
+	}
+	return filepath.Abs(found)
 }
 
 // benchSlurm runs `bench --provider slurm`: on a fresh control plane per run (or
