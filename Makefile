@@ -75,7 +75,7 @@ vet:
 # (TEST_FIRST), since most of their time is spent waiting on the processes they
 # start. scripts/test.sh prints how long each phase took.
 TEST_P ?= 4
-TEST_FIRST := ./cmd/vkubelet ./internal/lab/fault ./internal/lab/deploy ./providers/slurm ./internal/process/agent \
+TEST_FIRST := ./cmd/vkubeletctl ./cmd/vkubelet ./internal/lab/fault ./internal/lab/deploy ./providers/slurm ./internal/process/agent \
 	./providers/remote ./pod ./providers/kube ./resolve ./providers/cri
 test:
 	@GO="$(GO)" TEST_P="$(TEST_P)" TEST_TIMEOUT="$(TEST_TIMEOUT)" TEST_FIRST="$(TEST_FIRST)" scripts/test.sh
