@@ -115,7 +115,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Pods, "pods", 1000, "pods to start and stop (e.g. 1000, 5000, 10000)")
-	f.IntVar(&cfg.Nodes, "nodes", 1, "nodes each implementation runs in its one process (vkubelet: a NodeSet file, `vkubelet run --config`; kwok: nodes by label); pods are bound to them in turn, and the idle nodes' heap and writes per node are reported")
+	f.IntVar(&cfg.Nodes, "nodes", 1, "nodes each implementation runs in its one process (vkubelet: a NodeSet file, as vkubelet run --config; kwok: nodes by label); pods are bound to them in turn, and the idle nodes' heap and writes per node are reported")
 	f.DurationVar(&cfg.NodeIdle, "node-idle", 0, "how long the idle nodes are watched before any pod is created (default 30s with --nodes above 1)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "offered pod creations per second; 0: as fast as possible")
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "parallel clients creating (and, for the ceiling, writing) pods")
@@ -124,7 +124,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
-	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory to save the heap profiles behind the live heap figures in (KIND-idle.heap, KIND-pods.heap; the last run's), for `go tool pprof`")
+	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory to save the heap profiles behind the live heap figures in (KIND-idle.heap, KIND-pods.heap; the last run's), for go tool pprof")
 	f.BoolVar(&cfg.Remote, "remote", false, "also measure the node with the mock behind the provider protocol (vkubelet provider serve on a unix socket; the provider's own CPU and memory are not counted), in the same run")
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
