@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -148,7 +149,11 @@ func nodeBinary(path string) (string, error) {
 	}
 	found, err := exec.LookPath(path)
 	if err != nil {
-		return "", fmt.Errorf("bench runs the node agent from the vkubelet command, not found: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
+		var ee *exec.Error
+		if errors.As(err, &ee) && strings.ContainsRune(path, filepath.Separator) {
+			err = ee.Err // stat <path>: no such file or directory, say
+		}
+		return "", fmt.Errorf("bench runs the node agent from the vkubelet command: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
 	}
 	return filepath.Abs(found)
 }

@@ -16,7 +16,8 @@ func newRootCommand() *cobra.Command {
 (up), measures a node's pod throughput, latency and cost (bench), and builds or
 finds the control plane's binaries (controlplane build). The node alone is the
 vkubelet command.`,
-		SilenceUsage: true,
+		SilenceUsage:  true,
+		SilenceErrors: true, // main prints them, once
 	}
 	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), newVersionCommand())
 	return cmd
