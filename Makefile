@@ -20,10 +20,12 @@ setup:
 STATIC := CGO_ENABLED=0
 STATIC_FLAGS := -trimpath
 
+# bin/vkubelet is the node (the image's binary), bin/vkubeletctl the lab (up,
+# bench, controlplane build): one go build for both.
 build: setup
-	$(STATIC) $(GO) build $(STATIC_FLAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/vkubelet ./cmd/vkubelet
+	$(STATIC) $(GO) build $(STATIC_FLAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/vkubelet ./cmd/vkubeletctl
 
-# The container image, without a container daemon (internal/lab/image): a static binary
+# The container image, without a container daemon (internal/lab/image): the node's static binary
 # run as user 65532, written as an OCI layout archive that `ctr images import` loads
 # and `crane push bin/vkubelet-image.tar <ref>` pushes. One commit, one digest.
 IMAGE_REPO ?= ghcr.io/vkubelet/vkubelet
@@ -35,7 +37,7 @@ image:
 # deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
 # kubectl apply and kustomize; a test checks that it stays the chart's rendering.
 manifests: controlplane
-	@helm="$$($(BIN)/vkubelet controlplane build 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
+	@helm="$$($(BIN)/vkubeletctl controlplane build 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
 	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
 	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
 	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system; } > deploy/vkubelet.yaml
@@ -54,11 +56,11 @@ proto:
 # Builds (first time, several minutes) or finds the cached control-plane binaries,
 # and links kubectl into bin/ for convenience.
 controlplane: build
-	@ln -sf "$$($(BIN)/vkubelet controlplane build | grep '/kubectl$$')" $(BIN)/kubectl
+	@ln -sf "$$($(BIN)/vkubeletctl controlplane build | grep '/kubectl$$')" $(BIN)/kubectl
 
 # Starts a local control plane and a virtual node; prints `export KUBECONFIG=...`.
 up: controlplane
-	$(BIN)/vkubelet up $(UP_ARGS)
+	$(BIN)/vkubeletctl up $(UP_ARGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -73,7 +75,7 @@ vet:
 # (TEST_FIRST), since most of their time is spent waiting on the processes they
 # start. scripts/test.sh prints how long each phase took.
 TEST_P ?= 4
-TEST_FIRST := ./cmd/vkubelet ./internal/lab/fault ./internal/lab/deploy ./providers/slurm ./internal/process/agent \
+TEST_FIRST := ./cmd/vkubeletctl ./cmd/vkubelet ./internal/lab/fault ./internal/lab/deploy ./providers/slurm ./internal/process/agent \
 	./providers/remote ./pod ./providers/kube ./resolve ./providers/cri
 test:
 	@GO="$(GO)" TEST_P="$(TEST_P)" TEST_TIMEOUT="$(TEST_TIMEOUT)" TEST_FIRST="$(TEST_FIRST)" scripts/test.sh
@@ -102,4 +104,4 @@ unit:
 # Faults too long for `make test` (docs/RELIABILITY.md quotes their figures): the
 # node agent with 10,000 pods under a 64 MiB Go memory limit.
 fault: controlplane
-	$(BIN)/vkubelet bench --pods 10000 --agent-env=GOMEMLIMIT=64MiB
+	$(BIN)/vkubeletctl bench --pods 10000 --agent-env=GOMEMLIMIT=64MiB

@@ -24,5 +24,5 @@
 //
 // The decision (Policy.Decide) is a pure function of the request; the
 // Controller watches CSRs and carries decisions out. `vkubelet approve-csrs` runs
-// it; `vkubelet up` runs it in process. It knows nothing of pods or providers.
+// it; `vkubeletctl up` runs it in process. It knows nothing of pods or providers.
 package csrapprover

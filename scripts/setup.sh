@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs what vkubelet's build, `vkubelet up` and the test suite need on a fresh
+# Installs what vkubelet's build, `vkubeletctl up` and the test suite need on a fresh
 # Debian machine. Idempotent: it installs only what is missing. The control-plane
-# binaries are not installed here: vkubelet builds and caches them on first use.
+# binaries are not installed here: vkubeletctl builds and caches them on first use.
 set -euo pipefail
 
 need_apt=()

@@ -3,9 +3,9 @@
 # fresh machine as on one with warm caches. It prints how long each phase took,
 # so a slow run says where its time went.
 #
-#   1. set-up and builds: the Debian packages (scripts/setup.sh), bin/vkubelet,
-#      the control plane's binaries (built from the Go module proxy once, then
-#      cached outside the repository), gofmt and go vet;
+#   1. set-up and builds: the Debian packages (scripts/setup.sh), bin/vkubelet
+#      and bin/vkubeletctl, the control plane's binaries (built from the Go
+#      module proxy once, then cached outside the repository), gofmt and go vet;
 #   2. tests: `go test -race` of every package, TEST_P at once, TEST_FIRST first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ phase() {
 }
 
 make --no-print-directory controlplane
-phase "set-up, bin/vkubelet and the control plane's binaries"
+phase "set-up, bin/vkubelet, bin/vkubeletctl and the control plane's binaries"
 make --no-print-directory fmt-check vet
 phase "gofmt and go vet"
 

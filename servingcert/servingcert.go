@@ -47,7 +47,7 @@ type Config struct {
 	Client   kubernetes.Interface
 	// Approver, if set, approves the node's CSRs (AutoApprove) in place of
 	// Client: a node authenticating as itself may create CSRs but not approve
-	// them, so a tool with that right (`vkubelet up`) lends its own.
+	// them, so a tool with that right (`vkubeletctl up`) lends its own.
 	Approver    kubernetes.Interface
 	Dir         string
 	AutoApprove bool

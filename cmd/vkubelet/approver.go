@@ -16,6 +16,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
+	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 )
 
 // approverFlags are the flags of `vkubelet approve-csrs`.
@@ -88,7 +89,7 @@ func (f *approverFlags) policy() (csrapprover.Policy, error) {
 }
 
 func (f *approverFlags) run(cmd *cobra.Command, _ []string) error {
-	log, err := newLogger(cmd.ErrOrStderr(), f.level, f.format)
+	log, err := nodeflags.NewLogger(cmd.ErrOrStderr(), f.level, f.format)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 // Command vkubelet runs a virtual node: it registers a node in a Kubernetes cluster
-// and hands the pods bound to it to a provider. `vkubelet up` also starts a local
-// control plane to try it on.
+// and hands the pods bound to it to a provider. It is the node alone, the binary of
+// the container image; the local control plane to try it on (up), the benchmark
+// and the control plane's binaries are vkubeletctl's (cmd/vkubeletctl).
 package main
 
 import (

@@ -19,16 +19,17 @@ import (
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/internal/process/fleet"
 	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
+	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 )
 
 // runNodeSet runs the nodes of the NodeSet file at path (or, with path empty, the
 // one node of the flags, for --leader-elect) until ctx ends. SIGHUP reads the file
 // again: added nodes start, removed ones stop, changed ones restart, the others go
 // on; a file with an error is not applied and the running nodes stay as they are.
-func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.FlagSet, log *slog.Logger) error {
+func runNodeSet(ctx context.Context, path string, f *nodeflags.Flags, flags *pflag.FlagSet, log *slog.Logger) error {
 	load := func() ([]nodeconfig.Node, error) { return nodeconfig.Load(path) }
 	if path == "" {
-		load = func() ([]nodeconfig.Node, error) { return []nodeconfig.Node{{Name: f.cfg.NodeName}}, nil }
+		load = func() ([]nodeconfig.Node, error) { return []nodeconfig.Node{{Name: f.Config.NodeName}}, nil }
 	} else if flags.Changed("nodename") {
 		return errors.New("--nodename names one node; the nodes of --config are named in the file")
 	}
@@ -41,15 +42,15 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 		// Without a file, the flags are the node's.
 		explicit[name] = flags.Changed(name) || path == ""
 	}
-	fc := fleet.Config{Base: f.cfg, Explicit: explicit, Logger: log}
+	fc := fleet.Config{Base: f.Config, Explicit: explicit, Logger: log}
 	fc.SingleNode = path == ""
-	if f.leaderElect {
-		le := f.election
+	if f.LeaderElect {
+		le := f.Election
 		if le.Identity == "" {
 			host, _ := os.Hostname()
 			le.Identity = fmt.Sprintf("%s_%d", host, os.Getpid())
 		}
-		if le.Client, err = electionClient(f.cfg); err != nil {
+		if le.Client, err = electionClient(f.Config); err != nil {
 			return err
 		}
 		fc.LeaderElection = &le
@@ -59,18 +60,18 @@ func runNodeSet(ctx context.Context, path string, f *nodeFlags, flags *pflag.Fla
 		return err
 	}
 	defer fl.Stop()
-	if path != "" && f.cfg.MetricsAddr != "" {
+	if path != "" && f.Config.MetricsAddr != "" {
 		// The nodes' metrics, summed, and the process's profiles.
 		shared := fl.Shared()
 		if shared == nil {
 			return errors.New("--metrics-addr with --config serves the metrics of nodes sharing one client, which nodes with a --bootstrap-kubeconfig do not; scrape each node's /metrics on its kubelet port")
 		}
-		if err := shared.ServeDebug(ctx, f.cfg.MetricsAddr); err != nil {
+		if err := shared.ServeDebug(ctx, f.Config.MetricsAddr); err != nil {
 			return err
 		}
 	}
-	if f.cfg.HealthzAddr != "" {
-		l, err := net.Listen("tcp", f.cfg.HealthzAddr)
+	if f.Config.HealthzAddr != "" {
+		l, err := net.Listen("tcp", f.Config.HealthzAddr)
 		if err != nil {
 			return fmt.Errorf("health and readiness endpoint: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 	"github.com/vkubelet/vkubelet/internal/process/registry"
 	"github.com/vkubelet/vkubelet/providers/remote"
 	"github.com/vkubelet/vkubelet/providers/remote/conformance"
@@ -38,7 +39,7 @@ nothing. It stops on SIGINT or SIGTERM.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel, "text")
+			log, err := nodeflags.NewLogger(cmd.ErrOrStderr(), logLevel, "text")
 			if err != nil {
 				return err
 			}

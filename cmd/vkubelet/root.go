@@ -2,172 +2,18 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/klog/v2"
 
 	"github.com/vkubelet/vkubelet/internal/process/agent"
-	"github.com/vkubelet/vkubelet/internal/process/fleet"
+	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 	"github.com/vkubelet/vkubelet/internal/process/registry"
-	"github.com/vkubelet/vkubelet/internal/process/tracing"
 	"github.com/vkubelet/vkubelet/internal/version"
 )
 
-// nodeFlags are the flags of a node process, shared by `vkubelet` and `vkubelet up`.
-// Names and meanings follow upstream virtual-kubelet where they are the same.
-type nodeFlags struct {
-	cfg agent.Config
-	// configFile is a NodeSet file (--config): several nodes in one process.
-	configFile string
-	// leaderElect shares the nodes between replicas (--leader-elect).
-	leaderElect bool
-	election    fleet.LeaderElection
-	logLevel    string
-	logFormat   string
-	upstream    upstreamFlags
-}
-
-func defaultNodeFlags() *nodeFlags {
-	hostname, _ := os.Hostname()
-	port := int32(10250)
-	if v := os.Getenv("KUBELET_PORT"); v != "" {
-		if p, err := strconv.ParseInt(v, 10, 32); err == nil {
-			port = int32(p)
-		}
-	}
-	ip := os.Getenv("VKUBELET_POD_IP")
-	if ip == "" {
-		ip = "127.0.0.1"
-	}
-	return &nodeFlags{
-		cfg: agent.Config{
-			NodeName:        envOr("DEFAULT_NODE_NAME", strings.ToLower(hostname)),
-			Provider:        "mock",
-			Kubeconfig:      os.Getenv("KUBECONFIG"),
-			OperatingSystem: "linux",
-			InternalIP:      ip,
-			KubeletPort:     port,
-			// A sync or status write mostly waits for the API server (a pod's
-			// TokenRequest, its status patch): at 50 workers a node with 10,000
-			// token pods reached 71 % of the bench's ceiling, at 200 96 %
-			// (docs/PERFORMANCE.md). Workers are goroutines started per item,
-			// so an idle node pays nothing for the bound.
-			PodSyncWorkers:     200,
-			PodStatusWorkers:   200,
-			FullResyncPeriod:   time.Minute,
-			StatusPollInterval: 5 * time.Second,
-			StartupTimeout:     0,
-			ClusterDomain:      "cluster.local",
-			KubeAPIQPS:         1000,
-			KubeAPIBurst:       2000,
-			KubeAPIContentType: runtime.ContentTypeProtobuf,
-			ServingCertFile:    os.Getenv("APISERVER_CERT_LOCATION"),
-			ServingKeyFile:     os.Getenv("APISERVER_KEY_LOCATION"),
-			LeaseDuration:      40 * time.Second,
-			RenewInterval:      10 * time.Second,
-			Tracing:            tracing.Config{SamplingRatio: -1},
-		},
-		election: fleet.LeaderElection{Namespace: "default", LeaseDuration: 40 * time.Second,
-			RenewDeadline: 30 * time.Second, RetryPeriod: 4 * time.Second},
-		logLevel:  "info",
-		logFormat: "text",
-	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func (f *nodeFlags) register(fs *pflag.FlagSet) {
-	c := &f.cfg
-	fs.StringVar(&f.configFile, "config", f.configFile, "a NodeSet file (apiVersion vkubelet.io/v1alpha1) naming several nodes to run in this process, each with its provider, provider config, labels, taints and capacity; flags given on the command line win over the file's fields; SIGHUP applies a changed file")
-	fs.BoolVar(&f.leaderElect, "leader-elect", f.leaderElect, "share the nodes with other replicas of the same configuration: each node runs in the one replica holding its Lease <leader-elect-namespace>/vkubelet-<node>, and moves to another within the lease duration when that replica dies")
-	fs.StringVar(&f.election.Namespace, "leader-elect-namespace", f.election.Namespace, "namespace of the nodes' election Leases")
-	fs.DurationVar(&f.election.LeaseDuration, "leader-elect-lease-duration", f.election.LeaseDuration, "how long a replica's hold on a node lasts without renewal: the longest a dead replica's nodes wait")
-	fs.DurationVar(&f.election.RenewDeadline, "leader-elect-renew-deadline", f.election.RenewDeadline, "a holder that cannot renew within this time gives its nodes up")
-	fs.DurationVar(&f.election.RetryPeriod, "leader-elect-retry-period", f.election.RetryPeriod, "how often replicas try to take a node")
-	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
-	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(registry.Names(), ", "))
-	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the cluster to join ($KUBECONFIG; empty: in-cluster config); with --bootstrap-kubeconfig, used if it exists, else written after the TLS bootstrap")
-	fs.StringVar(&c.BootstrapKubeconfig, "bootstrap-kubeconfig", c.BootstrapKubeconfig, "as the kubelet's: authenticate as system:node:<nodename> with a client certificate kept in --cert-dir, asked for with this kubeconfig's credential (a bootstrap token) and renewed before it expires")
-	fs.StringVar(&c.OperatingSystem, "os", c.OperatingSystem, "operating system reported by the node (kubernetes.io/os)")
-	fs.StringVar(&c.InternalIP, "address", c.InternalIP, "InternalIP address of the node, where the API server reaches the kubelet API ($VKUBELET_POD_IP)")
-	fs.Int32Var(&c.KubeletPort, "kubelet-port", c.KubeletPort, "port of the kubelet API ($KUBELET_PORT)")
-	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "IP address the kubelet API listens on (0.0.0.0 or :: for every address); empty: the --address the node advertises")
-	fs.IntVar(&c.PodSyncWorkers, "pod-sync-workers", c.PodSyncWorkers, "workers creating, updating and deleting pods in the provider")
-	fs.IntVar(&c.PodStatusWorkers, "pod-status-workers", c.PodStatusWorkers, "workers writing pod statuses to the API server (each waits on one request)")
-	fs.StringVar(&c.PodWatch, "pod-watch", "auto", "what a node with a credential of its own watches: node (its own pods, as the kubelet; the API server closes such a watch during bursts of pods), bound (lists its own pods, watches every bound pod's changes and keeps its own; needs list and watch of pods), auto (node for a node identity, else bound while allowed)")
-	fs.DurationVar(&c.FullResyncPeriod, "full-resync-period", c.FullResyncPeriod, "how often every pod is synced again; 0 disables")
-	fs.DurationVar(&c.StatusPollInterval, "status-poll-interval", c.StatusPollInterval, "how often pod statuses are read from a provider that does not push them")
-	fs.DurationVar(&c.StartupTimeout, "startup-timeout", c.StartupTimeout, "fail if the node is not ready within this time; 0 waits forever")
-	fs.BoolVar(&c.DisableTaint, "disable-taint", c.DisableTaint, "do not taint the node with virtual-kubelet.io/provider=<provider>:NoSchedule")
-	fs.StringVar(&c.ClusterDomain, "cluster-domain", c.ClusterDomain, "cluster DNS domain, for providers that configure pod DNS")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "loopback address serving the agent's /metrics and /debug/pprof without authentication (e.g. 127.0.0.1:10255); empty disables. Elsewhere, scrape /metrics on the kubelet port (nodes/metrics)")
-	fs.StringVar(&c.HealthzAddr, "healthz-addr", c.HealthzAddr, "address serving /healthz and /readyz alone, without authentication, for probes (e.g. :10248); empty disables")
-	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "queries per second to the API server")
-	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of queries to the API server")
-	fs.StringVar(&c.KubeAPIContentType, "kube-api-content-type", c.KubeAPIContentType, "encoding of requests to the API server (application/vnd.kubernetes.protobuf or application/json)")
-	fs.DurationVar(&c.LeaseDuration, "node-lease-duration", c.LeaseDuration, "duration of the node's Lease")
-	fs.DurationVar(&c.RenewInterval, "node-lease-renew-interval", c.RenewInterval, "how often the node's Lease is renewed")
-	fs.StringVar(&c.ServingCertFile, "tls-cert-file", c.ServingCertFile, "serving certificate of the kubelet API ($APISERVER_CERT_LOCATION); empty: request one from the cluster (CSR)")
-	fs.StringVar(&c.ServingKeyFile, "tls-private-key-file", c.ServingKeyFile, "key of --tls-cert-file ($APISERVER_KEY_LOCATION)")
-	fs.BoolVar(&c.SelfSignedServingCert, "self-signed-serving-cert", c.SelfSignedServingCert, "serve the kubelet API with a self-signed certificate instead of asking the cluster (the API server cannot verify it)")
-	fs.BoolVar(&c.ApproveServingCSR, "approve-serving-csr", c.ApproveServingCSR, "approve the node's own kubelet-serving CSR, with the --bootstrap-kubeconfig credential if given (a node may not approve), else the node's (needs the right to approve kubelet-serving CSRs)")
-	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "where the node's client certificate (--bootstrap-kubeconfig) and the cluster-issued serving certificate are kept (default: a directory under the system temp dir)")
-	fs.StringVar(&c.ClientCAFile, "client-ca-file", c.ClientCAFile, "CA that signs client certificates accepted by the kubelet API; empty: the cluster's, from kube-system/extension-apiserver-authentication")
-	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", c.Tracing.Endpoint, "host:port of an OTLP/gRPC receiver for traces of pod syncs, provider calls and status writes; empty: $OTEL_EXPORTER_OTLP_ENDPOINT, and off without it")
-	fs.BoolVar(&c.Tracing.Insecure, "tracing-insecure", c.Tracing.Insecure, "send traces over plaintext gRPC (a collector on the same host)")
-	fs.Float64Var(&c.Tracing.SamplingRatio, "tracing-sampling-ratio", c.Tracing.SamplingRatio, "fraction of pod traces recorded, 0 to 1; negative: $OTEL_TRACES_SAMPLER decides (default: all)")
-	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn, error")
-	fs.StringVar(&f.logFormat, "log-format", f.logFormat, "log format: text (key=value) or json (one object a line)")
-	f.upstream.register(fs, f)
-}
-
-// logger builds the process's structured logger and makes it the default, for
-// vkubelet's own logs and for client-go's and the other Kubernetes libraries',
-// which log through klog: klog is routed into the same handler, so a node's log is
-// one stream in one format.
-func (f *nodeFlags) logger() (*slog.Logger, error) {
-	l, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
-	if err != nil {
-		return nil, err
-	}
-	slog.SetDefault(l)
-	klog.SetSlogLogger(l)
-	return l, nil
-}
-
-// newLogger is a logger writing to w at level in format ("text" or "json").
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	default:
-		return nil, fmt.Errorf("--log-format %q: want text or json", format)
-	}
-}
-
 func newRootCommand() *cobra.Command {
-	f := defaultNodeFlags()
+	f := nodeflags.Default()
 	cmd := &cobra.Command{
 		Use:   "vkubelet",
 		Short: "Run a virtual node: the Kubernetes API on top, a provider behind",
@@ -177,49 +23,71 @@ provider's pods running; started again, it picks them up. With --config it runs
 the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
-		RunE:         f.run,
+		RunE:         runNode(f),
 	}
-	f.register(cmd.Flags())
-	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newUpCommand(), newControlPlaneCommand(), newBenchCommand(), newApproverCommand())
+	f.Register(cmd.Flags())
+	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newApproverCommand())
+	for _, name := range []string{"up", "bench", "controlplane"} {
+		cmd.AddCommand(newMovedCommand(name))
+	}
 	return cmd
 }
 
 // newRunCommand is `vkubelet run`: the same as vkubelet alone, named for the
 // NodeSet case (vkubelet run --config nodes.yaml).
 func newRunCommand() *cobra.Command {
-	f := defaultNodeFlags()
+	f := nodeflags.Default()
 	cmd := &cobra.Command{
 		Use:          "run",
 		Short:        "Run a virtual node, or with --config the nodes of a NodeSet file (the same as vkubelet alone)",
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
-		RunE:         f.run,
+		RunE:         runNode(f),
 	}
-	f.register(cmd.Flags())
+	f.Register(cmd.Flags())
 	return cmd
 }
 
-// run runs the node of the flags, or the nodes of --config.
-func (f *nodeFlags) run(cmd *cobra.Command, _ []string) error {
-	if err := f.upstream.apply(cmd.Flags(), f); err != nil {
-		return err
+// runNode runs the node of the flags, or the nodes of --config.
+func runNode(f *nodeflags.Flags) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := f.Apply(cmd.Flags()); err != nil {
+			return err
+		}
+		if err := agent.CheckPodWatch(f.Config.PodWatch); err != nil {
+			return err
+		}
+		log, err := f.Logger()
+		if err != nil {
+			return err
+		}
+		f.Config.Logger = log
+		if f.ConfigFile != "" || f.LeaderElect {
+			return runNodeSet(cmd.Context(), f.ConfigFile, f, cmd.Flags(), log)
+		}
+		n, err := agent.New(cmd.Context(), f.Config)
+		if err != nil {
+			return err
+		}
+		return n.Run(cmd.Context(), nil)
 	}
-	if err := agent.CheckPodWatch(f.cfg.PodWatch); err != nil {
-		return err
+}
+
+// newMovedCommand is a hidden command standing for one of vkubeletctl's, the lab's
+// commands, which the node's binary does not carry: it says where the command is
+// and fails.
+func newMovedCommand(name string) *cobra.Command {
+	return &cobra.Command{
+		Use:                name,
+		Hidden:             true,
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		SilenceErrors:      true, // main prints it, once
+		RunE: func(_ *cobra.Command, args []string) error {
+			return fmt.Errorf("%s is in vkubeletctl, the lab's command (the node's binary carries only the node): run vkubeletctl %s",
+				name, strings.Join(append([]string{name}, args...), " "))
+		},
 	}
-	log, err := f.logger()
-	if err != nil {
-		return err
-	}
-	f.cfg.Logger = log
-	if f.configFile != "" || f.leaderElect {
-		return runNodeSet(cmd.Context(), f.configFile, f, cmd.Flags(), log)
-	}
-	n, err := agent.New(cmd.Context(), f.cfg)
-	if err != nil {
-		return err
-	}
-	return n.Run(cmd.Context(), nil)
 }
 
 func newVersionCommand() *cobra.Command {

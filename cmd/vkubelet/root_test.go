@@ -1,42 +1,21 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
+	"io"
 	"strings"
 	"testing"
-
-	"k8s.io/klog/v2"
 )
 
-func TestJSONLogsCarryKlogLinesOfTheKubernetesLibraries(t *testing.T) {
-	var buf bytes.Buffer
-	l, err := newLogger(&buf, "info", "json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	klog.SetSlogLogger(l)
-	defer klog.ClearLogger()
-	l.Info("from vkubelet", "node", "vk")
-	klog.InfoS("from client-go", "reflector", "pods")
-	klog.Flush()
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%d log lines, want 2:\n%s", len(lines), buf.String())
-	}
-	for _, line := range lines {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("not a JSON line: %q: %v", line, err)
+func TestTheLabsCommandsNameVkubeletctl(t *testing.T) {
+	for _, args := range [][]string{{"up", "--nodes", "3"}, {"bench", "--pods", "200"}, {"controlplane", "build"}} {
+		cmd := newRootCommand()
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		want := "run vkubeletctl " + strings.Join(args, " ")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("vkubelet %s: err = %v, want one saying %q", strings.Join(args, " "), err, want)
 		}
-	}
-	if !strings.Contains(lines[1], `"msg":"from client-go"`) || !strings.Contains(lines[1], `"reflector":"pods"`) {
-		t.Errorf("klog line %q, want its message and key/values as JSON", lines[1])
-	}
-}
-
-func TestAnUnknownLogFormatIsRefused(t *testing.T) {
-	if _, err := newLogger(&bytes.Buffer{}, "info", "yaml"); err == nil || !strings.Contains(err.Error(), "--log-format") {
-		t.Errorf("err = %v, want one naming --log-format", err)
 	}
 }

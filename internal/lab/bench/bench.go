@@ -9,7 +9,7 @@
 // metrics endpoint. By default the pods are shaped as a Deployment's, token
 // volume included (see PodShape). RunSlurm and RunCRI instead compare a
 // provider's raw back end (sbatch, the CRI) with the same pods through a node
-// with that provider. `vkubelet bench` runs them; docs/PERFORMANCE.md records
+// with that provider. `vkubeletctl bench` runs them; docs/PERFORMANCE.md records
 // figures.
 package bench
 

@@ -24,7 +24,7 @@ import (
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
-// CRIResult holds the figures of `vkubelet bench --provider cri`: the same pods
+// CRIResult holds the figures of `vkubeletctl bench --provider cri`: the same pods
 // run directly through the CRI, as crictl runp, create and start run them, and
 // through a node with the CRI provider, on one private containerd, in one run.
 type CRIResult struct {

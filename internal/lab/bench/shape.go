@@ -76,7 +76,7 @@ type podTemplate struct {
 	// promises (the token volume, the owner), so the check runs once.
 	checked atomic.Bool
 	// image and command, if set, replace the shape's: for a provider that runs
-	// the containers (vkubelet bench --provider slurm).
+	// the containers (vkubeletctl bench --provider slurm).
 	image   string
 	command []string
 }

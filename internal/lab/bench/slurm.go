@@ -20,7 +20,7 @@ import (
 	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
-// SlurmResult holds the figures of `vkubelet bench --provider slurm`: the same
+// SlurmResult holds the figures of `vkubeletctl bench --provider slurm`: the same
 // jobs submitted by sbatch directly and run as pods through a node with the
 // Slurm provider, on one private Slurm, in one run.
 type SlurmResult struct {

@@ -15,7 +15,7 @@
 // EndpointSlice per Service serves all nodes, as the API server's and a DNS
 // DaemonSet's endpoints do in a real cluster.
 //
-// Used by `vkubelet up --provider cri` and the CRI provider's end-to-end tests; a
+// Used by `vkubeletctl up --provider cri` and the CRI provider's end-to-end tests; a
 // production node runs the cluster's own kube-proxy and DNS instead.
 package clusternet
 

@@ -83,7 +83,7 @@ var components = []component{
 	},
 }
 
-// metricsServer serves metrics.k8s.io (kubectl top) for `vkubelet up`; only
+// metricsServer serves metrics.k8s.io (kubectl top) for `vkubeletctl up`; only
 // EnsureMetricsServer builds it, so control planes without it never wait for it.
 var metricsServer = component{
 	name:     "metrics-server",
@@ -93,7 +93,7 @@ var metricsServer = component{
 	ldflags: "-s -w -X k8s.io/client-go/pkg/version.gitVersion=" + MetricsServerVersion,
 }
 
-// kwok is the node simulator that `vkubelet bench --compare kwok` measures next to
+// kwok is the node simulator that `vkubeletctl bench --compare kwok` measures next to
 // vkubelet; only EnsureKwok builds it. Besides kwok, the build module has a small
 // command of ours that prints the stages kwokctl gives kwok by default (kwok alone
 // has none and refuses to start without them); they are written once, next to

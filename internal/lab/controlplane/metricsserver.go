@@ -38,7 +38,7 @@ var apiServiceResource = schema.GroupVersionResource{Group: "apiregistration.k8s
 type MetricsServerConfig struct {
 	// Address is the IP metrics-server listens on. The API server refuses to
 	// proxy to loopback addresses, so it must be another address of this machine
-	// (vkubelet up uses the host's end of the node's veth pair).
+	// (vkubeletctl up uses the host's end of the node's veth pair).
 	Address string
 	// Resolution is how often metrics-server scrapes every node's
 	// /metrics/resource; at least 10s. Zero: 15s.

@@ -7,7 +7,7 @@
 // kubelet API listens on the namespace's end of the pair, which the API server on
 // the host reaches over the veth; no traffic leaves the machine.
 //
-// It needs root (CAP_NET_ADMIN) and iproute2's `ip`. Used by `vkubelet up` and the
+// It needs root (CAP_NET_ADMIN) and iproute2's `ip`. Used by `vkubeletctl up` and the
 // integration tests; production nodes listen on their real address instead.
 package netns
 

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +28,7 @@ func newBenchCommand() *cobra.Command {
 		kubeconfig   string
 		runs         int
 		providerName string
+		vkubelet     string
 	)
 	cfg.Shape = bench.ShapeDeployment
 	cmd := &cobra.Command{
@@ -35,7 +39,8 @@ create bound to a node and mark Running doing the minimum a node must (the creat
 a TokenRequest bound to the pod for each service-account token it mounts, as the
 kubelet makes; one status write shaped like a kubelet's), pipelined and observed
 by watch, and how many it can delete (the graceful delete, then the node's final
-one). Then it runs a virtual node with the mock provider as a child process,
+one). Then it runs a virtual node with the mock provider as a child process
+(the vkubelet command: --vkubelet, by default the one next to vkubeletctl),
 creates --pods pods on it (at --rate per second, or as fast as --concurrency
 allows), and reports throughput, create→Running latency (observed by watch), the
 agent's API writes per pod, its memory and CPU, and the same for deleting them
@@ -64,7 +69,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			bin, err := os.Executable()
+			bin, err := nodeBinary(vkubelet)
 			if err != nil {
 				return err
 			}
@@ -111,7 +116,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Pods, "pods", 1000, "pods to start and stop (e.g. 1000, 5000, 10000)")
-	f.IntVar(&cfg.Nodes, "nodes", 1, "nodes each implementation runs in its one process (vkubelet: a NodeSet file, `vkubelet run --config`; kwok: nodes by label); pods are bound to them in turn, and the idle nodes' heap and writes per node are reported")
+	f.IntVar(&cfg.Nodes, "nodes", 1, "nodes each implementation runs in its one process (vkubelet: a NodeSet file, as vkubelet run --config; kwok: nodes by label); pods are bound to them in turn, and the idle nodes' heap and writes per node are reported")
 	f.DurationVar(&cfg.NodeIdle, "node-idle", 0, "how long the idle nodes are watched before any pod is created (default 30s with --nodes above 1)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "offered pod creations per second; 0: as fast as possible")
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "parallel clients creating (and, for the ceiling, writing) pods")
@@ -120,13 +125,37 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to measure; empty: a local control plane started for the run")
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
-	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory to save the heap profiles behind the live heap figures in (KIND-idle.heap, KIND-pods.heap; the last run's), for `go tool pprof`")
+	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory to save the heap profiles behind the live heap figures in (KIND-idle.heap, KIND-pods.heap; the last run's), for go tool pprof")
 	f.BoolVar(&cfg.Remote, "remote", false, "also measure the node with the mock behind the provider protocol (vkubelet provider serve on a unix socket; the provider's own CPU and memory are not counted), in the same run")
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&vkubelet, "vkubelet", "", "the vkubelet executable run as the node agent (default: vkubelet next to vkubeletctl)")
 	f.StringVar(&providerName, "provider", "mock", "mock, or slurm: a private Slurm started for the run, the same jobs submitted by sbatch and run as pods through a node with --provider slurm (pods of --pod-shape running sleep; --concurrency submitters, default 50); or cri: a private containerd started for the run, the same pods run through the CRI directly (as crictl runp, create, start) and through a node with --provider cri")
 	return cmd
+}
+
+// nodeBinary is the vkubelet executable that bench runs as the node agent: path
+// (a file, or a name looked up in $PATH), else vkubelet next to this executable,
+// as `make build` puts them. It is absolute, as the agent runs in a directory of
+// its own.
+func nodeBinary(path string) (string, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding vkubelet next to vkubeletctl: %w; give --vkubelet PATH", err)
+		}
+		path = filepath.Join(filepath.Dir(self), "vkubelet")
+	}
+	found, err := exec.LookPath(path)
+	if err != nil {
+		var ee *exec.Error
+		if errors.As(err, &ee) && strings.ContainsRune(path, filepath.Separator) {
+			err = ee.Err // stat <path>: no such file or directory, say
+		}
+		return "", fmt.Errorf("bench runs the node agent from the vkubelet command: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
+	}
+	return filepath.Abs(found)
 }
 
 // benchSlurm runs `bench --provider slurm`: on a fresh control plane per run (or

@@ -20,17 +20,18 @@ import (
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
+	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 func newUpCommand() *cobra.Command {
-	f := defaultNodeFlags()
-	f.cfg.NodeName = "vkubelet"
+	f := nodeflags.Default()
+	f.Config.NodeName = "vkubelet"
 	// The virtual node is the cluster's only node: a taint would only make every
 	// `kubectl run` need a toleration.
-	f.cfg.DisableTaint = true
+	f.Config.DisableTaint = true
 	var dir string
 	nodes := 1
 	useNetns := netns.Available() == nil
@@ -45,16 +46,16 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.upstream.apply(cmd.Flags(), f); err != nil {
+			if err := f.Apply(cmd.Flags()); err != nil {
 				return err
 			}
-			if f.configFile != "" {
+			if f.ConfigFile != "" {
 				return fmt.Errorf("up runs its own nodes (--nodes); --config is for vkubelet run")
 			}
 			if nodes < 1 || nodes > 100 {
 				return fmt.Errorf("--nodes %d: want 1 to 100", nodes)
 			}
-			log, err := f.logger()
+			log, err := f.Logger()
 			if err != nil {
 				return err
 			}
@@ -77,12 +78,12 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				return err
 			}
 			defer func() {
-				fmt.Fprintln(cmd.ErrOrStderr(), "vkubelet up: stopping the control plane")
+				fmt.Fprintln(cmd.ErrOrStderr(), "vkubeletctl up: stopping the control plane")
 				if err := cp.Stop(); err != nil {
 					log.Error("stopping the control plane", "error", err)
 				}
 			}()
-			cfg := f.cfg
+			cfg := f.Config
 			var link *netns.Link
 			if useNetns {
 				// The API server will not proxy nodes/<n>/proxy/... to a loopback
@@ -118,7 +119,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if err := os.WriteFile(cfg.ProviderConfig, b, 0o644); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubeletctl up: containerd at %s; image busybox served from %s\n", env.Socket, env.Registry)
 			}
 			if cfg.Provider == "slurm" && cfg.ProviderConfig == "" {
 				// No cluster given: run a private Slurm (slurmctld, slurmd, munged)
@@ -145,7 +146,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if err := os.WriteFile(cfg.ProviderConfig, b, 0o644); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: Slurm cluster %s (export SLURM_CONF=%s; %d CPUs, 2 placeholder GPUs); image busybox served from %s\n",
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubeletctl up: Slurm cluster %s (export SLURM_CONF=%s; %d CPUs, 2 placeholder GPUs); image busybox served from %s\n",
 					env.NodeName, env.Conf, env.CPUs, reg.Registry)
 			}
 			// The node runs as a kubelet does in a real cluster: under its own
@@ -221,7 +222,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if criEnv != nil && link != nil {
 					network = startClusterNetwork(ctx, cmd.ErrOrStderr(), log, cp, link, configs[0].NodeName, criEnv.PodCIDR, dir)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "vkubelet up: node %s ready in %s; stop with Ctrl-C\n",
+				fmt.Fprintf(cmd.ErrOrStderr(), "vkubeletctl up: node %s ready in %s; stop with Ctrl-C\n",
 					strings.Join(names, ", "), time.Since(started).Round(time.Millisecond))
 				fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)
 			})
@@ -231,7 +232,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			return err
 		},
 	}
-	f.register(cmd.Flags())
+	f.Register(cmd.Flags())
 	cmd.Flags().BoolVar(&useNetns, "netns", useNetns, "give the node its own address in a network namespace joined to this host by a veth pair (needs root; default: on when root)")
 	cmd.Flags().IntVar(&nodes, "nodes", nodes, "virtual nodes to start, named <nodename>-0 … when more than one")
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory of the local cluster (default: <cache>/up, see VKUBELET_CACHE)")
@@ -298,7 +299,7 @@ func startMetricsServer(ctx context.Context, out io.Writer, log *slog.Logger, cp
 			}
 			return
 		}
-		fmt.Fprintf(out, "vkubelet up: metrics.k8s.io served by metrics-server after %s; kubectl top shows a pod about 30s after it starts\n",
+		fmt.Fprintf(out, "vkubeletctl up: metrics.k8s.io served by metrics-server after %s; kubectl top shows a pod about 30s after it starts\n",
 			time.Since(started).Round(time.Millisecond))
 	}()
 }

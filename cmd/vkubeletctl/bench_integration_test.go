@@ -20,10 +20,10 @@ import (
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
-// runBench runs `vkubelet bench --json` with args and decodes its result.
+// runBench runs `vkubeletctl bench --json` with args and decodes its result.
 func runBench(t *testing.T, args ...string) *bench.Result {
 	t.Helper()
-	out, err := exec.Command(binary, append([]string{"bench", "--json"}, args...)...).Output()
+	out, err := exec.Command(vkubeletctl, append([]string{"bench", "--json"}, args...)...).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("bench: %v\n%s", err, ee.Stderr)
@@ -56,7 +56,7 @@ func checkNodeFigures(t *testing.T, name string, n *bench.NodeResult) {
 	}
 }
 
-// TestBenchMeasuresANodeNextToTheCeiling runs `vkubelet bench` for a few pods of
+// TestBenchMeasuresANodeNextToTheCeiling runs `vkubeletctl bench` for a few pods of
 // the old, token-less shape against the test control plane (no ServiceAccount
 // admission) and checks that its figures are those of a real run.
 func TestBenchMeasuresANodeNextToTheCeiling(t *testing.T) {
@@ -78,7 +78,7 @@ func TestBenchMeasuresANodeNextToTheCeiling(t *testing.T) {
 	}
 }
 
-// TestBenchComparesKwokOnDeploymentShapedPods runs `vkubelet bench --compare kwok`
+// TestBenchComparesKwokOnDeploymentShapedPods runs `vkubeletctl bench --compare kwok`
 // with the default pod shape on a control plane with the ServiceAccount admission
 // plugin, and checks that the ceiling, kwok and the agent all have figures, that
 // the ceiling and the agent requested a token per pod, and that the pods in the
@@ -183,7 +183,7 @@ func hasTokenVolume(p *corev1.Pod) bool {
 	return false
 }
 
-// TestBenchRunsSeveralNodesInEachProcess runs `vkubelet bench --nodes 3`: kwok and
+// TestBenchRunsSeveralNodesInEachProcess runs `vkubeletctl bench --nodes 3`: kwok and
 // the agent each run three nodes, the pods are spread over them, and the idle
 // nodes' cost per node is reported: a Lease write per node per renewal, no Node
 // write in the window (the status is written every 5 minutes when unchanged).

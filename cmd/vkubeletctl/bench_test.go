@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vkubelet/vkubelet/internal/lab/bench"
@@ -37,5 +40,26 @@ func TestBenchFlags(t *testing.T) {
 				t.Errorf("compare = %q, want %q", got, tc.compare)
 			}
 		})
+	}
+}
+
+func TestBenchFindsTheNodeBinary(t *testing.T) {
+	dir := t.TempDir()
+	node := filepath.Join(dir, "vkubelet")
+	if err := os.WriteFile(node, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nodeBinary(node); err != nil || got != node {
+		t.Errorf("--vkubelet %s: %q, %v; want the file itself", node, got, err)
+	}
+	t.Chdir(dir)
+	if got, err := nodeBinary("./vkubelet"); err != nil || got != node {
+		t.Errorf("--vkubelet ./vkubelet: %q, %v; want %s, absolute", got, err, node)
+	}
+	for _, path := range []string{filepath.Join(dir, "missing"), ""} {
+		// Without --vkubelet: next to the test binary, where there is none.
+		if _, err := nodeBinary(path); err == nil || !strings.Contains(err.Error(), "--vkubelet") {
+			t.Errorf("--vkubelet %q: err = %v, want one naming --vkubelet", path, err)
+		}
 	}
 }

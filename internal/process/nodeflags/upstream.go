@@ -1,4 +1,4 @@
-package main
+package nodeflags
 
 import (
 	"flag"
@@ -29,8 +29,8 @@ type upstreamFlags struct {
 	tokenWebhook     bool
 }
 
-func (u *upstreamFlags) register(fs *pflag.FlagSet, f *nodeFlags) {
-	c := &f.cfg
+func (u *upstreamFlags) register(fs *pflag.FlagSet, f *Flags) {
+	c := &f.Config
 	hide := func(name string) { _ = fs.MarkHidden(name) }
 	fs.StringVar(&u.namespace, "namespace", "", "upstream virtual-kubelet: only pods of this namespace (not supported)")
 	fs.StringVar(&u.taint, "taint", "", "upstream virtual-kubelet: the taint's key (not supported)")
@@ -64,8 +64,8 @@ func (u *upstreamFlags) register(fs *pflag.FlagSet, f *nodeFlags) {
 
 // apply checks the upstream flags given on fs and carries their meaning into f,
 // or says why they cannot be given.
-func (u *upstreamFlags) apply(fs *pflag.FlagSet, f *nodeFlags) error {
-	c := &f.cfg
+func (u *upstreamFlags) apply(fs *pflag.FlagSet, f *Flags) error {
+	c := &f.Config
 	set := fs.Changed
 	if u.namespace != "" {
 		return fmt.Errorf("--namespace is not supported: vkubelet, like the kubelet, runs every pod bound to its node; keep other pods off the node with its taint (virtual-kubelet.io/provider) and tolerations")

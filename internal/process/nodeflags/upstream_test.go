@@ -1,4 +1,4 @@
-package main
+package nodeflags
 
 import (
 	"strings"
@@ -9,15 +9,15 @@ import (
 )
 
 // parseNode parses args as the node command's flags and applies the upstream ones.
-func parseNode(t *testing.T, args ...string) (*nodeFlags, error) {
+func parseNode(t *testing.T, args ...string) (*Flags, error) {
 	t.Helper()
-	f := defaultNodeFlags()
+	f := Default()
 	fs := pflag.NewFlagSet("vkubelet", pflag.ContinueOnError)
-	f.register(fs)
+	f.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parsing %v: %v", args, err)
 	}
-	return f, f.upstream.apply(fs, f)
+	return f, f.Apply(fs)
 }
 
 func TestUpstreamFlagsKeepTheirMeaning(t *testing.T) {
@@ -29,15 +29,15 @@ func TestUpstreamFlagsKeepTheirMeaning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.cfg
+	c := f.Config
 	if c.ClientCAFile != "/ca.pem" || c.Tracing.SamplingRatio != 0.25 || c.Tracing.ServiceName != "vk-east" ||
 		c.Tracing.Attributes["cluster"] != "east" || c.StreamIdleTimeout != 30*time.Second || c.StreamCreationTimeout != 10*time.Second ||
 		c.TokenCacheTTL != time.Minute || c.AllowCacheTTL != 2*time.Minute || c.DenyCacheTTL != 3*time.Second {
 		t.Errorf("config = %+v", c)
 	}
 	for rate, want := range map[string]float64{"always": 1, "never": 0, "100": 1, "0": 0} {
-		if f, err := parseNode(t, "--trace-sample-rate", rate); err != nil || f.cfg.Tracing.SamplingRatio != want {
-			t.Errorf("--trace-sample-rate %s: ratio %v, err %v; want %v", rate, f.cfg.Tracing.SamplingRatio, err, want)
+		if f, err := parseNode(t, "--trace-sample-rate", rate); err != nil || f.Config.Tracing.SamplingRatio != want {
+			t.Errorf("--trace-sample-rate %s: ratio %v, err %v; want %v", rate, f.Config.Tracing.SamplingRatio, err, want)
 		}
 	}
 }

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vkubelet/vkubelet/internal/version"
+)
+
+func newRootCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "vkubeletctl",
+		Short: "Try and measure vkubelet on a local control plane",
+		Long: `vkubeletctl starts a local Kubernetes control plane with virtual nodes in it
+(up), measures a node's pod throughput, latency and cost (bench), and builds or
+finds the control plane's binaries (controlplane build). The node alone is the
+vkubelet command.`,
+		SilenceUsage:  true,
+		SilenceErrors: true, // main prints them, once
+	}
+	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), newVersionCommand())
+	return cmd
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "vkubeletctl %s (Kubernetes %s)\n", version.Version, version.KubernetesVersion)
+		},
+	}
+}
