@@ -337,20 +337,10 @@ func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 }
 
 // ownStatus reports whether p's status is the one the controller wrote last,
-// coming back through the watch: there is nothing to check. While a write is
-// in flight the update may be its answer, which the watch can bring before the
-// write returns; the writer then decides (writeStatus).
+// coming back through the watch: there is nothing to check (statusEcho).
 func (c *Controller) ownStatus(p *cachedPod) bool {
 	own := false
-	c.state.updateIfExists(p.key(), func(s *podState) {
-		switch {
-		case s.writing:
-			s.updatedWhileWriting, own = true, true
-		case s.writtenStatus == p.statusHash:
-			// Ours, unless a check compared with the cache before it came.
-			own, s.staleCheck, s.echoPending = !s.staleCheck, false, false
-		}
-	})
+	c.state.echo(p.key(), func(e *statusEcho) { own = e.isEcho(p.statusHash) })
 	return own
 }
 

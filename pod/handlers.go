@@ -31,10 +31,8 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	}
 	// The cache may not show our last write yet: its echo can be on its way
 	// through the watch, and a write is often followed at once by the next
-	// check (a pod's Pending then Running). Such a check compares with a status
-	// older than the API's, so the echo is to be checked again (staleCheck). Said
-	// before the cache is read, so that an echo coming in between is too.
-	c.state.updateIfExists(key, func(s *podState) { s.staleCheck = s.staleCheck || s.echoPending })
+	// check (a pod's Pending then Running).
+	c.state.echo(key, (*statusEcho).checkStarts)
 	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -42,11 +40,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
-	c.state.updateIfExists(key, func(s *podState) {
-		if cached.statusHash == s.writtenStatus {
-			s.staleCheck = false // the cache shows the write: this check is up to date
-		}
-	})
+	c.state.echo(key, func(e *statusEcho) { e.cacheRead(cached.statusHash) })
 	st := c.state.get(key)
 	if st.providerUID != cached.UID || (cached.terminal && !stoppedByNode(st, cached)) {
 		return nil // not (yet) in the provider, or finished for good
@@ -82,14 +76,14 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			if stoppedByNode(st, cached) {
 				// Stopped and then forgotten by the provider, as asked: its
 				// containers' last states will not come.
-				c.state.update(key, func(s *podState) { s.providerUID = "" })
+				c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested = "", false })
 				return c.writeStatus(ctx, p, &corev1.PodStatus{ContainerStatuses: terminatedAll(p.Status.ContainerStatuses,
-					p.Status.Reason, "the provider stopped the pod and no longer reports it")})
+					p.Status.Reason, "the provider stopped the pod and no longer reports it")}, nil)
 			}
 			// The provider lost the pod: the sync handler starts it again or, if
 			// its restart policy forbids that, marks it failed.
 			c.log.Warn("provider no longer has the pod", "pod", key)
-			c.state.update(key, func(s *podState) { s.providerUID = "" })
+			c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested = "", false })
 			c.syncQueue.Add(key)
 			return nil
 		}
@@ -123,7 +117,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			}
 		}
 	}
-	if err := c.writeStatusRunning(ctx, p, status, running); err != nil {
+	if err := c.writeStatus(ctx, p, status, running); err != nil {
 		return err
 	}
 	if stoppedByNode(st, cached) && c.notifier == nil && !stopped(status) {
@@ -141,19 +135,22 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	return nil
 }
 
-// writeStatus patches the status subresource of p with what the provider reports,
-// if that changes anything.
-// The containers' resources in effect are left as the API has them (see
-// writeStatusRunning).
-func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus) error {
-	return c.writeStatusRunning(ctx, p, fromProvider, nil)
-}
-
-// writeStatusRunning is writeStatus for a pod whose provider runs the
-// containers' resources of running, which the status reports for a provider
-// that resizes in place. Only a status check knows them: p's spec may hold a
-// resize the provider has yet to make, or has just failed to.
-func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
+// writeStatus is the one writer of a pod's status to the API server: every
+// status the node reports for a pod, the provider's or its own (a resolution
+// failure, a failed provider call, a lost pod, a deadline, ephemeral containers
+// it cannot run), goes through it. It merges fromProvider into p's status as
+// the kubelet's rules have it (mergeStatus, finishedNotReady) and, if that
+// changes anything, sends a strategic-merge patch of the status subresource,
+// which keeps the fields others write. It records the write for the echo
+// suppression (statusEcho) and has the pod checked again when an update seen
+// during the write may not have been its echo.
+//
+// running, for a provider that resizes in place, is the spec whose containers'
+// resources the provider runs, which the status reports; only a status check
+// knows them (p's spec may hold a resize the provider has yet to make, or has
+// just failed to): everyone else passes nil, and the resources in effect stay
+// as the API has them.
+func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
 	key := keyOf(p)
 	of := specOf(p)
 	of.resize, of.running = c.state.resizeOf(key), running
@@ -165,33 +162,22 @@ func (c *Controller) writeStatusRunning(ctx context.Context, p *corev1.Pod, from
 	}
 	done := c.metrics.observeStatusWrite()
 	pctx, span := c.startSpan(ctx, spanPatch, key, trace.WithSpanKind(trace.SpanKindClient))
-	c.state.updateIfExists(key, func(s *podState) { s.writing, s.updatedWhileWriting = true, false })
+	c.state.echo(key, (*statusEcho).writeStarts)
 	written, err := c.patchStatus(pctx, p.Namespace, p.Name, patch)
 	endSpan(span, err)
 	done(err)
 	// The write comes back through the watch: knowing its status there, the
-	// update handler does not check it against the provider again (ownStatus).
-	// An update seen during the write is checked unless the pod now cached has
-	// the status written and the write was not made against an older cache
-	// (staleCheck).
-	recheck, stale := false, false
-	c.state.updateIfExists(key, func(s *podState) {
-		recheck, stale = s.updatedWhileWriting, s.staleCheck
-		s.writing, s.updatedWhileWriting, s.writtenStatus = false, false, written
-		s.echoPending = written != 0
-	})
-	// The echo may have come during the write (ownStatus left it to us): the
+	// update handler does not check it against the provider again.
+	var during echoWrite
+	c.state.echo(key, func(e *statusEcho) { during = e.writeEnds(written) })
+	// The echo may have come during the write (taken as ours meanwhile): the
 	// cache shows the write, and no echo is pending.
 	cur, cerr := c.pods.getCached(p.Namespace, p.Name)
 	shown := cerr == nil && written != 0 && cur.statusHash == written
 	if shown {
-		c.state.updateIfExists(key, func(s *podState) {
-			if s.writtenStatus == written {
-				s.echoPending = false
-			}
-		})
+		c.state.echo(key, func(e *statusEcho) { e.shown(written) })
 	}
-	if recheck && (err != nil || !shown || stale) {
+	if during.recheck(err != nil, shown) {
 		c.statusQueue.Add(key)
 	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -269,13 +255,13 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	}
 
 	inProvider := st.providerUID == p.UID
-	if inProvider && st.deleteRequested != p.UID {
+	if inProvider && !st.deleteRequested {
 		// Always asked, and asked again until the provider accepts, whatever
 		// happened to status writes before.
 		if err := c.deleteFromProvider(ctx, p); err != nil {
 			return err
 		}
-		c.state.update(key, func(s *podState) { s.deleteRequested = p.UID })
+		c.state.update(key, func(s *podState) { s.deleteRequested = true })
 		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", int64(provider.GracePeriod(p)/time.Second))
 	}
 
@@ -393,7 +379,7 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 			c.log.Warn("cannot keep the provider's view of a pod", "pod", key, "error", cerr)
 		}
 		c.state.update(key, func(s *podState) {
-			s.providerUID, s.lastPod = uid, last
+			s.providerUID, s.lastPod, s.deleteRequested = uid, last, false
 			// Its volume files are unknown: the first sync resolves them, which
 			// also starts watching what they come from.
 			s.volumesStale = true

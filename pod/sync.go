@@ -194,7 +194,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	c.state.setResize(key, nil) // a new incarnation runs the spec's resources
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.lastPod = p.UID, cached
-		s.deleteRequested, s.notified, s.startTrace = "", nil, started
+		s.deleteRequested, s.notified, s.startTrace = false, nil, started
 		s.env, s.volumes, s.volumesStale = nil, volumesDigest{}, false
 		if rp != nil {
 			s.env, s.volumes = rp.Env, digestVolumes(rp.Volumes)
@@ -332,7 +332,7 @@ func (c *Controller) resolveFailed(ctx context.Context, p *corev1.Pod, err error
 	}
 	status.InitContainerStatuses = waiting(p.Spec.InitContainers)
 	status.ContainerStatuses = waiting(p.Spec.Containers)
-	return c.writeStatus(ctx, p, status)
+	return c.writeStatus(ctx, p, status, nil)
 }
 
 // resolveMessage is the kubelet's wording of a resolution error: the missing
@@ -374,7 +374,7 @@ func (c *Controller) providerFailed(ctx context.Context, p *corev1.Pod, method s
 		now := metav1.NewTime(c.clock.Now()) // as resolveFailed's, kept if the pod has one
 		if werr := c.writeStatus(ctx, p, &corev1.PodStatus{
 			Phase: p.Status.Phase, Reason: ReasonProviderFailed, Message: msg, StartTime: &now,
-		}); werr != nil {
+		}, nil); werr != nil {
 			c.log.Warn("cannot record provider failure in pod status", "pod", keyOf(p), "error", werr)
 		}
 	}
@@ -389,7 +389,7 @@ func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) (err error) {
 	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderLost, msg)
 	status := &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonProviderLost, Message: msg,
 		ContainerStatuses: terminatedAll(p.Status.ContainerStatuses, ReasonProviderLost, msg)}
-	return c.writeStatus(ctx, p, status)
+	return c.writeStatus(ctx, p, status, nil)
 }
 
 // terminatedAll is cs with each container not known to have terminated shown
