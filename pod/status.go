@@ -1,261 +1,398 @@
 package pod
 
 import (
-	"slices"
+	"context"
+	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
+	"github.com/vkubelet/vkubelet/provider"
 )
 
-// mergeStatus returns the status the API pod should have once the provider's view
-// is applied to it. The provider owns the phase, reason and message, addresses, start
-// time and container statuses; conditions are merged by type, so conditions written
-// by others (readiness gates, DisruptionTarget, …) stay, and a condition whose status
-// did not change keeps its transition time. Restart counts never go back and a
-// pod's start time, once set, stays (see withRestartHistory). Everything else (qosClass, resize
-// status, …) is kept from the API pod. The provider's Ready condition is held back
-// while one of the pod's readiness gates is not True (gatedReady).
-//
-// The status, and each condition the provider reports, observe the generation
-// of the pod the node works from (observedGeneration, as the kubelet sets it);
-// a provider that says which generation a condition observed is taken at its
-// word. With no generation known the API's observedGeneration stays.
-func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) corev1.PodStatus {
-	out := *current.DeepCopy()
-	if of.generation > 0 {
-		out.ObservedGeneration = of.generation
-	}
-	p := fromProvider
-	if p.Phase != "" {
-		out.Phase = p.Phase
-	}
-	out.Reason, out.Message = p.Reason, p.Message
-	if isTerminal(&current) {
-		// The API refuses to take a pod out of a terminal phase, and what ended
-		// it (DeadlineExceeded, ProviderLost) stays what the pod says; only its
-		// containers' states still come from the provider as they stop.
-		out.Phase, out.Reason, out.Message = current.Phase, current.Reason, current.Message
-	}
-	if p.HostIP != "" {
-		out.HostIP, out.HostIPs = p.HostIP, p.HostIPs
-	}
-	if p.PodIP != "" {
-		out.PodIP, out.PodIPs = p.PodIP, p.PodIPs
-	}
-	// The pod's start time is when a node first took the pod on, set once: a
-	// provider that lost the pod and started it again reports a later one.
-	if p.StartTime != nil && out.StartTime == nil {
-		out.StartTime = p.StartTime.DeepCopy()
-	}
-	if p.ContainerStatuses != nil {
-		out.ContainerStatuses = withRestartHistory(current.ContainerStatuses, p.ContainerStatuses)
-	}
-	if p.InitContainerStatuses != nil {
-		out.InitContainerStatuses = withRestartHistory(current.InitContainerStatuses, p.InitContainerStatuses)
-	}
-	if p.EphemeralContainerStatuses != nil {
-		out.EphemeralContainerStatuses = p.EphemeralContainerStatuses
-	}
-	// Room for the provider's conditions at once, not a copy per append.
-	out.Conditions = slices.Grow(out.Conditions, len(p.Conditions))
-	var ready *corev1.PodCondition
-	for i, c := range p.Conditions {
-		if c.Type == corev1.PodReady && len(of.gates) > 0 {
-			ready = &p.Conditions[i] // judged once every other condition is in
-			continue
-		}
-		out.Conditions = upsertCondition(out.Conditions, of.observed(c))
-	}
-	if ready != nil {
-		out.Conditions = upsertCondition(out.Conditions, of.observed(gatedReady(*ready, of.gates, out.Conditions)))
-	}
-	resizeStatus(&current, &out, fromProvider, of)
-	return out
-}
+// statusHandler brings the API's status of a pod up to the provider's.
+func (c *Controller) statusHandler(ctx context.Context, key string) (err error) {
+	unlock := c.state.lock(key)
+	defer unlock()
 
-// statusSpec is what of a pod's spec and metadata a status merge judges by.
-type statusSpec struct {
-	gates      []corev1.PodReadinessGate // spec.readinessGates
-	generation int64                     // metadata.generation of the pod the node works from; 0 if unknown
-	resize     *resizeState              // the node's record of the pod resized in place; nil if never
-	// running is the spec whose containers' resources the provider runs, for a
-	// provider that resizes in place (nil for others): the statuses report them.
-	running *corev1.PodSpec
-}
-
-// specOf is the statusSpec of p.
-func specOf(p *corev1.Pod) statusSpec {
-	return statusSpec{gates: p.Spec.ReadinessGates, generation: p.Generation}
-}
-
-// observed is condition c, from the provider, observing the generation the
-// status is written for unless it says which it observed.
-func (s statusSpec) observed(c corev1.PodCondition) corev1.PodCondition {
-	if c.ObservedGeneration == 0 {
-		c.ObservedGeneration = s.generation
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
 	}
-	return c
-}
-
-// finishedNotReady makes a pod that has finished (desired's phase) not Ready nor
-// ContainersReady, with the kubelet's reason PodCompleted, whatever its provider
-// last said: a pod the node stopped at its deadline may report its containers
-// ready until they have stopped. The transition time is now, or current's if it
-// already said so.
-func finishedNotReady(current, desired *corev1.PodStatus, now metav1.Time) {
-	if !isTerminal(desired) {
-		return
+	// The cache may not show our last write yet: its echo can be on its way
+	// through the watch, and a write is often followed at once by the next
+	// check (a pod's Pending then Running).
+	c.state.echo(key, (*statusEcho).checkStarts)
+	cached, err := c.pods.getCached(ns, name)
+	if apierrors.IsNotFound(err) {
+		return nil
 	}
-	for i := range desired.Conditions {
-		c := &desired.Conditions[i]
-		if (c.Type != corev1.PodReady && c.Type != corev1.ContainersReady) || c.Status != corev1.ConditionTrue {
-			continue
-		}
-		c.Status, c.Reason, c.Message, c.LastTransitionTime = corev1.ConditionFalse, reasonPodCompleted, "", now
-		if was := findCondition(current.Conditions, c.Type); was != nil && was.Status == corev1.ConditionFalse && !was.LastTransitionTime.IsZero() {
-			c.LastTransitionTime = was.LastTransitionTime
+	if err != nil {
+		return err
+	}
+	c.state.echo(key, func(e *statusEcho) { e.cacheRead(cached.statusHash) })
+	st := c.state.get(key)
+	if st.providerUID != cached.UID || (cached.terminal && !stoppedByNode(st, cached)) {
+		return nil // not (yet) in the provider, or finished for good
+	}
+	// The status and the few metadata fields below are all this handler reads.
+	p, err := cached.withStatus()
+	if err != nil {
+		return err
+	}
+	if st.lastPod != nil && st.lastPod != cached {
+		// A newer spec may not have reached the provider yet: the status
+		// observes the generation the provider was given (unknown, 0, for a
+		// pod found in the provider at start whose copy has none).
+		if gen, err := st.lastPod.generation(); err == nil && gen > 0 {
+			p.Generation = gen
 		}
 	}
-}
-
-func upsertCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.PodCondition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		if conds[i].Status == c.Status && !conds[i].LastTransitionTime.IsZero() {
-			c.LastTransitionTime = conds[i].LastTransitionTime
-		}
-		if equality.Semantic.DeepEqual(conds[i], c) {
-			return conds
-		}
-		conds[i] = c
-		return conds
+	ctx, span := c.startSpan(continuedFrom(ctx, st.startTrace), spanStatus, key)
+	defer func() { endSpan(span, err) }()
+	if st.startTrace != nil {
+		c.state.updateIfExists(key, func(s *podState) { s.startTrace = nil })
 	}
-	return append(conds, c)
-}
-
-// isTerminal reports whether the pod has finished for good.
-func isTerminal(s *corev1.PodStatus) bool {
-	return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
-}
-
-// stopped reports whether the provider says nothing of the pod runs any more: the
-// pod is terminal, or every app container has terminated and no init container runs.
-// A waiting container may still start, so it does not count as stopped.
-func stopped(s *corev1.PodStatus) bool {
-	if isTerminal(s) {
-		return true
-	}
-	if len(s.ContainerStatuses) == 0 {
-		return false
-	}
-	for _, cs := range s.InitContainerStatuses {
-		if cs.State.Running != nil {
-			return false
+	status := st.notified
+	if status == nil {
+		done := c.metrics.observeProviderCall("GetPodStatus")
+		status, err = c.provider.GetPodStatus(ctx, ns, name)
+		done(err)
+		if errdefs.IsNotFound(err) {
+			if p.DeletionTimestamp != nil {
+				c.deleteQueue.Add(key)
+				return nil
+			}
+			if stoppedByNode(st, cached) {
+				// Stopped and then forgotten by the provider, as asked: its
+				// containers' last states will not come.
+				c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested = "", false })
+				return c.writeStatus(ctx, p, &corev1.PodStatus{ContainerStatuses: terminatedAll(p.Status.ContainerStatuses,
+					p.Status.Reason, "the provider stopped the pod and no longer reports it")}, nil)
+			}
+			// The provider lost the pod: the sync handler starts it again or, if
+			// its restart policy forbids that, marks it failed.
+			c.log.Warn("provider no longer has the pod", "pod", key)
+			c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested = "", false })
+			c.syncQueue.Add(key)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("GetPodStatus %s: %w", key, err)
 		}
 	}
-	for _, cs := range s.ContainerStatuses {
-		if cs.State.Terminated == nil {
-			return false
+	if status, err = c.completed(cached, &p.Status, status); err != nil {
+		return err
+	}
+	if left, ok := deadlineLeft(p, status, c.clock.Now()); ok {
+		if left <= 0 {
+			return c.stopAtDeadline(ctx, key, st, cached, status)
+		}
+		c.statusQueue.AddAfter(key, left) // an earlier check of the same pod is kept
+	}
+	// The resources in effect, for a provider that resizes in place: as the
+	// API's status says them (p has no containers: withStatus), unless it does
+	// not yet or the spec changed since.
+	var running *corev1.PodSpec
+	if c.resizesInPlace() {
+		from := cached
+		if st.lastPod != nil && st.lastPod.specHash != cached.specHash {
+			// A spec change the sync has yet to hand over, a resize perhaps:
+			// the status tells the resources the provider runs.
+			from = st.lastPod
+		}
+		if from != cached || !reportsResources(&p.Status) {
+			if running, err = from.resourcesSpec(); err != nil {
+				return err
+			}
 		}
 	}
-	return true
-}
-
-// hasStarted reports whether the API has seen the pod run.
-func hasStarted(s *corev1.PodStatus) bool {
-	if s.Phase == corev1.PodRunning {
-		return true
+	if err := c.writeStatus(ctx, p, status, running); err != nil {
+		return err
 	}
-	for _, cs := range s.ContainerStatuses {
-		if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0 {
-			return true
-		}
+	if stoppedByNode(st, cached) && c.notifier == nil && !stopped(status) {
+		c.statusQueue.AddAfter(key, c.pollInterval) // terminal pods are not polled
 	}
-	return false
-}
-
-// Reason and exit code of the last state of a container that a provider lost and
-// started again: the kubelet's for a container it can no longer find.
-const (
-	reasonContainerStatusUnknown = "ContainerStatusUnknown"
-	exitCodeContainerUnknown     = 137
-)
-
-// withRestartHistory returns the provider's container statuses with the history
-// the API already records kept, as the kubelet keeps it across restarts: a
-// container's restart count never goes back, and a container the provider started
-// anew without counting it (it lost the pod, for instance in a crash of an
-// in-process back end, and was asked to create it again) counts one restart more,
-// with the instance the API knew as its last state. A provider that counts its
-// own restarts (its count is ahead of the API's) is taken as it is.
-func withRestartHistory(api, fromProvider []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if len(api) == 0 {
-		return fromProvider
-	}
-	var out []corev1.ContainerStatus
-	for i := range fromProvider {
-		pc := &fromProvider[i]
-		ac := findContainerStatus(api, pc.Name)
-		if ac == nil || pc.RestartCount > ac.RestartCount {
-			continue
-		}
-		next := *pc
-		next.RestartCount = ac.RestartCount
-		if next.LastTerminationState == (corev1.ContainerState{}) {
-			next.LastTerminationState = ac.LastTerminationState
-		}
-		// The API keeps times to the second: compare them so.
-		if was, now := startedAt(ac.State), startedAt(pc.State); !was.IsZero() && !now.IsZero() && was.Unix() != now.Unix() {
-			// A new instance the provider did not count.
-			next.RestartCount++
-			next.LastTerminationState = asTerminated(ac.State, now)
-		}
-		if equality.Semantic.DeepEqual(&next, pc) {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(fromProvider) // the provider's slice is not ours to change
-		}
-		out[i] = next
-	}
-	if out == nil {
-		return fromProvider
-	}
-	return out
-}
-
-func findContainerStatus(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
-	for i := range statuses {
-		if statuses[i].Name == name {
-			return &statuses[i]
-		}
+	if st.notified != nil {
+		// Written: from now on GetPodStatus answers for the provider, so the
+		// notified copy is not kept for the pod's whole life.
+		c.state.updateIfExists(key, func(s *podState) {
+			if s.notified == st.notified {
+				s.notified = nil
+			}
+		})
 	}
 	return nil
 }
 
-// startedAt is when the instance a state describes started; zero if none did.
-func startedAt(s corev1.ContainerState) metav1.Time {
-	switch {
-	case s.Running != nil:
-		return s.Running.StartedAt
-	case s.Terminated != nil:
-		return s.Terminated.StartedAt
+// writeStatus is the one writer of a pod's status to the API server: every
+// status the node reports for a pod, the provider's or its own (a resolution
+// failure, a failed provider call, a lost pod, a deadline, ephemeral containers
+// it cannot run), goes through it. It merges fromProvider into p's status as
+// the kubelet's rules have it (mergeStatus, finishedNotReady) and, if that
+// changes anything, sends a strategic-merge patch of the status subresource,
+// which keeps the fields others write. It records the write for the echo
+// suppression (statusEcho) and has the pod checked again when an update seen
+// during the write may not have been its echo.
+//
+// running, for a provider that resizes in place, is the spec whose containers'
+// resources the provider runs, which the status reports; only a status check
+// knows them (p's spec may hold a resize the provider has yet to make, or has
+// just failed to): everyone else passes nil, and the resources in effect stay
+// as the API has them.
+func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
+	key := keyOf(p)
+	of := specOf(p)
+	of.resize, of.running = c.state.resizeOf(key), running
+	desired := mergeStatus(p.Status, fromProvider, of)
+	finishedNotReady(&p.Status, &desired, metav1.NewTime(c.clock.Now()))
+	patch, err := statusPatch(p.UID, &p.Status, &desired)
+	if err != nil || patch == nil {
+		return err
 	}
-	return metav1.Time{}
+	done := c.metrics.observeStatusWrite()
+	pctx, span := c.startSpan(ctx, spanPatch, key, trace.WithSpanKind(trace.SpanKindClient))
+	c.state.echo(key, (*statusEcho).writeStarts)
+	written, err := c.patchStatus(pctx, p.Namespace, p.Name, patch)
+	endSpan(span, err)
+	done(err)
+	// The write comes back through the watch: knowing its status there, the
+	// update handler does not check it against the provider again.
+	var during echoWrite
+	c.state.echo(key, func(e *statusEcho) { during = e.writeEnds(written) })
+	// The echo may have come during the write (taken as ours meanwhile): the
+	// cache shows the write, and no echo is pending.
+	cur, cerr := c.pods.getCached(p.Namespace, p.Name)
+	shown := cerr == nil && written != 0 && cur.statusHash == written
+	if shown {
+		c.state.echo(key, func(e *statusEcho) { e.shown(written) })
+	}
+	if during.recheck(err != nil, shown) {
+		c.statusQueue.Add(key)
+	}
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // the pod is gone or was replaced; its successor gets its own sync
+	}
+	if err != nil {
+		return fmt.Errorf("patching status of %s: %w", key, err)
+	}
+	return nil
 }
 
-// asTerminated is the last state of a container instance that was replaced at
-// replacedAt: as it ended if the API saw it end, else ended for an unknown reason.
-func asTerminated(s corev1.ContainerState, replacedAt metav1.Time) corev1.ContainerState {
-	if s.Terminated != nil {
-		return corev1.ContainerState{Terminated: s.Terminated.DeepCopy()}
+// patchStatus sends a strategic-merge patch to the status subresource of a pod.
+// The API server answers with the whole pod, which is not decoded (the informer
+// brings the pod anyway, and decoding it took a tenth of the node's CPU per pod
+// start, vkubelet bench), nor copied: read into a reused buffer
+// (internal/wire/apiwire), its encoding gives the fingerprint of the status stored
+// (cachedPod's statusHash), which patchStatus returns; 0 if not known.
+func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
+	if c.rawPods != nil {
+		answer, err := c.rawPods.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").
+			Name(name).SubResource("status").Body(patch).Stream(ctx)
+		if err != nil {
+			return 0, err
+		}
+		var status uint64
+		err = apiwire.Read(answer, func(data []byte) error {
+			if kind, raw, ok := apiwire.Envelope(data); ok && string(kind) == "Pod" {
+				status = statusFingerprint(raw)
+			}
+			return nil
+		})
+		return status, err
 	}
-	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: exitCodeContainerUnknown, Reason: reasonContainerStatusUnknown,
-		Message:   "The provider no longer had the container; it was started again",
-		StartedAt: startedAt(s), FinishedAt: replacedAt,
-	}}
+	// client-go's fake clientsets have no REST client.
+	_, err := c.client.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return 0, err
+}
+
+// deleteHandler stops a pod the API is deleting (or has deleted) and, once the
+// provider confirms or the grace period is over, removes it from the API.
+func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) {
+	unlock := c.state.lock(key)
+	defer unlock()
+	ctx, span := c.startSpan(ctx, spanDelete, key)
+	defer func() { endSpan(span, err) }()
+
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	st := c.state.get(key)
+	p, _, err := c.pods.get(ns, name)
+	if apierrors.IsNotFound(err) {
+		// Gone from the API (force-deleted, or deleted while we were away): the
+		// provider must not keep running it.
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
+			return err
+		}
+		c.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.DeletionTimestamp == nil || c.removed.has(key, p.UID) {
+		return nil
+	}
+	if st.providerUID != "" && st.providerUID != p.UID {
+		// An earlier pod of the same name still runs in the provider.
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
+			return err
+		}
+		c.forget(key)
+		st = podState{}
+	}
+
+	inProvider := st.providerUID == p.UID
+	if inProvider && !st.deleteRequested {
+		// Always asked, and asked again until the provider accepts, whatever
+		// happened to status writes before.
+		if err := c.deleteFromProvider(ctx, p); err != nil {
+			return err
+		}
+		c.state.update(key, func(s *podState) { s.deleteRequested = true })
+		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", int64(provider.GracePeriod(p)/time.Second))
+	}
+
+	gone := !inProvider
+	if inProvider {
+		done := c.metrics.observeProviderCall("GetPodStatus")
+		status, err := c.provider.GetPodStatus(ctx, ns, name)
+		done(err)
+		switch {
+		case errdefs.IsNotFound(err):
+			gone = true
+		case err == nil:
+			gone = stopped(status)
+		default:
+			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
+		}
+	}
+	remaining := p.DeletionTimestamp.Time.Sub(c.clock.Now())
+	if !gone && remaining > 0 {
+		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
+		return nil
+	}
+	if !gone {
+		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
+	}
+	if err := c.removeFromAPI(ctx, p); err != nil {
+		return err
+	}
+	c.forget(key)
+	return nil
+}
+
+// removeFromAPI deletes the pod object for good, only if it is still the same pod.
+func (c *Controller) removeFromAPI(ctx context.Context, p *corev1.Pod) error {
+	// Recorded before the request, so that the informer's report of the pod
+	// gone, which clears it, cannot come first.
+	c.removed.add(keyOf(p), p.UID)
+	done := c.metrics.observeAPIDelete()
+	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &p.UID},
+	})
+	done(err)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	c.removed.forget(keyOf(p))
+	return fmt.Errorf("removing %s from the API: %w", keyOf(p), err)
+}
+
+// removedPods are pods removed from the API whose removal the informer has not
+// reported yet, by key.
+type removedPods struct {
+	mu   sync.Mutex
+	uids map[string]types.UID
+}
+
+func (r *removedPods) add(key string, uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uids == nil {
+		r.uids = map[string]types.UID{}
+	}
+	r.uids[key] = uid
+}
+
+func (r *removedPods) has(key string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.uids[key]
+	return ok && u == uid
+}
+
+func (r *removedPods) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.uids, key)
+}
+
+// reconcileProvider runs once before the workers start: it learns which pods the
+// provider already runs (after a restart of this process) and queues the deletion
+// of those the API no longer has.
+func (c *Controller) reconcileProvider(ctx context.Context) error {
+	var pods []*corev1.Pod
+	backoff := 500 * time.Millisecond
+	for {
+		done := c.metrics.observeProviderCall("GetPods")
+		var err error
+		pods, err = c.provider.GetPods(ctx)
+		done(err)
+		if err == nil {
+			break
+		}
+		c.log.Warn("cannot list the provider's pods; retrying", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod controller: listing provider pods: %w", ctx.Err())
+		case <-c.clock.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+	orphans := 0
+	for _, pp := range pods {
+		key := keyOf(pp)
+		uid := pp.UID
+		apiPod, err := c.pods.getCached(pp.Namespace, pp.Name)
+		if uid == "" && err == nil {
+			uid = apiPod.UID // a provider that keeps no UIDs runs the pod the API has
+		}
+		// What the provider runs is what it was last given, as far as the sync
+		// handler's comparison with the API pod goes.
+		last, cerr := compact(pp)
+		if cerr != nil {
+			// Without it the first sync calls UpdatePod, which is harmless.
+			c.log.Warn("cannot keep the provider's view of a pod", "pod", key, "error", cerr)
+		}
+		c.state.update(key, func(s *podState) {
+			s.providerUID, s.lastPod, s.deleteRequested = uid, last, false
+			// Its volume files are unknown: the first sync resolves them, which
+			// also starts watching what they come from.
+			s.volumesStale = true
+		})
+		// A different UID under the same name is replaced by the sync handler.
+		if err != nil || apiPod.DeletionTimestamp != nil {
+			orphans++
+			c.deleteQueue.Add(key)
+		}
+		if err == nil {
+			c.statusQueue.Add(key)
+		}
+	}
+	c.log.Info("reconciled with provider", "providerPods", len(pods), "toDelete", orphans)
+	return nil
 }
