@@ -67,13 +67,6 @@ func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState
 	return c.writeStatus(ctx, p, status, nil)
 }
 
-// stoppedByNode reports whether the pod behind cached is one the node ended
-// itself while the provider still had it (stopAtDeadline): its status is still
-// checked, for its containers' last states, though it is terminal.
-func stoppedByNode(st podState, cached *cachedPod) bool {
-	return cached.terminal && st.providerUID == cached.UID && st.deleteRequested && cached.DeletionTimestamp == nil
-}
-
 // failUnstartedAtDeadline ends a pod whose active deadline passed before the
 // provider took it on: it waited for a missing reference, or the provider kept
 // refusing it. The kubelet counts such a pod's deadline too, from the start time

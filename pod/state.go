@@ -192,3 +192,5 @@ func (s *stateStore) setResizeLocked(key string, rs *resizeState) {
 	s.resizes[key] = rs
 	s.resized.Store(int32(len(s.resizes)))
 }
+
+func keyOf(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

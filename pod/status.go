@@ -3,21 +3,17 @@ package pod
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/internal/wire/apiwire"
-	"github.com/vkubelet/vkubelet/provider"
 )
 
 // statusHandler brings the API's status of a pod up to the provider's.
@@ -100,22 +96,9 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		}
 		c.statusQueue.AddAfter(key, left) // an earlier check of the same pod is kept
 	}
-	// The resources in effect, for a provider that resizes in place: as the
-	// API's status says them (p has no containers: withStatus), unless it does
-	// not yet or the spec changed since.
-	var running *corev1.PodSpec
-	if c.resizesInPlace() {
-		from := cached
-		if st.lastPod != nil && st.lastPod.specHash != cached.specHash {
-			// A spec change the sync has yet to hand over, a resize perhaps:
-			// the status tells the resources the provider runs.
-			from = st.lastPod
-		}
-		if from != cached || !reportsResources(&p.Status) {
-			if running, err = from.resourcesSpec(); err != nil {
-				return err
-			}
-		}
+	running, err := c.resourcesInEffect(st, cached, &p.Status)
+	if err != nil {
+		return err
 	}
 	if err := c.writeStatus(ctx, p, status, running); err != nil {
 		return err
@@ -135,6 +118,13 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	return nil
 }
 
+// stoppedByNode reports whether the pod behind cached is one the node ended
+// itself while the provider still had it (stopAtDeadline): its status is still
+// checked, for its containers' last states, though it is terminal.
+func stoppedByNode(st podState, cached *cachedPod) bool {
+	return cached.terminal && st.providerUID == cached.UID && st.deleteRequested && cached.DeletionTimestamp == nil
+}
+
 // writeStatus is the one writer of a pod's status to the API server: every
 // status the node reports for a pod, the provider's or its own (a resolution
 // failure, a failed provider call, a lost pod, a deadline, ephemeral containers
@@ -152,10 +142,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 // as the API has them.
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
 	key := keyOf(p)
-	of := specOf(p)
-	of.resize, of.running = c.state.resizeOf(key), running
-	desired := mergeStatus(p.Status, fromProvider, of)
-	finishedNotReady(&p.Status, &desired, metav1.NewTime(c.clock.Now()))
+	desired := desiredStatus(p, fromProvider, c.state.resizeOf(key), running, metav1.NewTime(c.clock.Now()))
 	patch, err := statusPatch(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err
@@ -216,183 +203,108 @@ func (c *Controller) patchStatus(ctx context.Context, namespace, name string, pa
 	return 0, err
 }
 
-// deleteHandler stops a pod the API is deleting (or has deleted) and, once the
-// provider confirms or the grace period is over, removes it from the API.
-func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) {
-	unlock := c.state.lock(key)
-	defer unlock()
-	ctx, span := c.startSpan(ctx, spanDelete, key)
-	defer func() { endSpan(span, err) }()
-
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	st := c.state.get(key)
-	p, _, err := c.pods.get(ns, name)
-	if apierrors.IsNotFound(err) {
-		// Gone from the API (force-deleted, or deleted while we were away): the
-		// provider must not keep running it.
-		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
-			return err
-		}
-		c.forget(key)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if p.DeletionTimestamp == nil || c.removed.has(key, p.UID) {
-		return nil
-	}
-	if st.providerUID != "" && st.providerUID != p.UID {
-		// An earlier pod of the same name still runs in the provider.
-		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
-			return err
-		}
-		c.forget(key)
-		st = podState{}
-	}
-
-	inProvider := st.providerUID == p.UID
-	if inProvider && !st.deleteRequested {
-		// Always asked, and asked again until the provider accepts, whatever
-		// happened to status writes before.
-		if err := c.deleteFromProvider(ctx, p); err != nil {
-			return err
-		}
-		c.state.update(key, func(s *podState) { s.deleteRequested = true })
-		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", int64(provider.GracePeriod(p)/time.Second))
-	}
-
-	gone := !inProvider
-	if inProvider {
-		done := c.metrics.observeProviderCall("GetPodStatus")
-		status, err := c.provider.GetPodStatus(ctx, ns, name)
-		done(err)
-		switch {
-		case errdefs.IsNotFound(err):
-			gone = true
-		case err == nil:
-			gone = stopped(status)
-		default:
-			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
-		}
-	}
-	remaining := p.DeletionTimestamp.Time.Sub(c.clock.Now())
-	if !gone && remaining > 0 {
-		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
-		return nil
-	}
-	if !gone {
-		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
-	}
-	if err := c.removeFromAPI(ctx, p); err != nil {
-		return err
-	}
-	c.forget(key)
-	return nil
+// statusEcho tells, for one pod, our own status writes coming back through the
+// watch from changes someone else made. A write we made brings an update of the
+// pod whose status is the one written: there is nothing to check against the
+// provider, and checking it would cost a status check per write. Any other
+// change of the status (the node-lifecycle controller marking the pod not
+// Ready, say) is checked, and put right if the provider says otherwise.
+//
+// Two races make "the status we wrote" not enough:
+//
+//   - the echo can come before the write returns (the watch is faster than the
+//     answer): an update seen while a write is in flight is taken as ours for
+//     now, and the writer has the pod checked again unless the cache then shows
+//     what it wrote (writeEnds, echoWrite.recheck);
+//   - a status check can run before the echo of the last write has come: it
+//     compares the provider's status with a cache older than the API, and may
+//     find nothing to write when the API says otherwise. Such a check is stale,
+//     and the echo it missed is then checked, not taken as ours (checkStarts,
+//     isEcho).
+//
+// It lives in the pod's podState, so the controller forgets it with the pod;
+// its methods are called with the state store's lock held (stateStore.echo).
+type statusEcho struct {
+	// written is the fingerprint (cachedPod's statusHash) of the status last
+	// written, 0 if unknown.
+	written uint64
+	// writing is set while a write is in flight, updatedWhileWriting once an
+	// update of the pod's status came meanwhile.
+	writing, updatedWhileWriting bool
+	// staleCheck is set while a status check compares with a cache that may
+	// not show the last write yet.
+	staleCheck bool
+	// pending is set from a write until its echo comes (or the cache is seen
+	// to show it): only a check made meanwhile reads a cache older than the
+	// API. After it, a cache that differs from written shows someone else's
+	// later write, which is up to date.
+	pending bool
 }
 
-// removeFromAPI deletes the pod object for good, only if it is still the same pod.
-func (c *Controller) removeFromAPI(ctx context.Context, p *corev1.Pod) error {
-	// Recorded before the request, so that the informer's report of the pod
-	// gone, which clears it, cannot come first.
-	c.removed.add(keyOf(p), p.UID)
-	done := c.metrics.observeAPIDelete()
-	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: ptr.To[int64](0),
-		Preconditions:      &metav1.Preconditions{UID: &p.UID},
-	})
-	done(err)
-	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+// isEcho reports whether an update of the pod bringing the status whose
+// fingerprint is hash is our own write coming back, with nothing to check. An
+// update during a write is taken as ours; the writer decides once the write
+// returns (writeEnds). The echo of a write a stale check missed is not ours to
+// skip; once seen, the write's echo is no longer pending.
+func (e *statusEcho) isEcho(hash uint64) bool {
+	switch {
+	case e.writing:
+		e.updatedWhileWriting = true
+		return true
+	case hash == e.written:
+		own := !e.staleCheck
+		e.staleCheck, e.pending = false, false
+		return own
 	}
-	c.removed.forget(keyOf(p))
-	return fmt.Errorf("removing %s from the API: %w", keyOf(p), err)
+	return false
 }
 
-// removedPods are pods removed from the API whose removal the informer has not
-// reported yet, by key.
-type removedPods struct {
-	mu   sync.Mutex
-	uids map[string]types.UID
-}
+// checkStarts is said by a status check before it reads the cache: while an
+// echo is pending the cache may be older than the API, so the check is stale.
+// Said before the read, so that an echo coming in between counts too.
+func (e *statusEcho) checkStarts() { e.staleCheck = e.staleCheck || e.pending }
 
-func (r *removedPods) add(key string, uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.uids == nil {
-		r.uids = map[string]types.UID{}
+// cacheRead is said by a status check once it has read a cache whose status has
+// fingerprint hash: a cache showing the last write makes the check up to date.
+func (e *statusEcho) cacheRead(hash uint64) {
+	if hash == e.written {
+		e.staleCheck = false
 	}
-	r.uids[key] = uid
 }
 
-func (r *removedPods) has(key string, uid types.UID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	u, ok := r.uids[key]
-	return ok && u == uid
+// writeStarts is said before a status write is sent.
+func (e *statusEcho) writeStarts() { e.writing, e.updatedWhileWriting = true, false }
+
+// writeEnds records the end of a write of the status whose fingerprint is
+// written (0 if not known, or if it failed), whose echo is now pending, and
+// says what happened meanwhile.
+func (e *statusEcho) writeEnds(written uint64) echoWrite {
+	w := echoWrite{updated: e.updatedWhileWriting, stale: e.staleCheck}
+	e.writing, e.updatedWhileWriting, e.written = false, false, written
+	e.pending = written != 0
+	return w
 }
 
-func (r *removedPods) forget(key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.uids, key)
-}
-
-// reconcileProvider runs once before the workers start: it learns which pods the
-// provider already runs (after a restart of this process) and queues the deletion
-// of those the API no longer has.
-func (c *Controller) reconcileProvider(ctx context.Context) error {
-	var pods []*corev1.Pod
-	backoff := 500 * time.Millisecond
-	for {
-		done := c.metrics.observeProviderCall("GetPods")
-		var err error
-		pods, err = c.provider.GetPods(ctx)
-		done(err)
-		if err == nil {
-			break
-		}
-		c.log.Warn("cannot list the provider's pods; retrying", "error", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pod controller: listing provider pods: %w", ctx.Err())
-		case <-c.clock.After(backoff):
-		}
-		backoff = min(2*backoff, 30*time.Second)
+// shown is said once the cache is seen to show the status with fingerprint
+// written: if it is still the last write, its echo is no longer pending.
+func (e *statusEcho) shown(written uint64) {
+	if e.written == written {
+		e.pending = false
 	}
-	orphans := 0
-	for _, pp := range pods {
-		key := keyOf(pp)
-		uid := pp.UID
-		apiPod, err := c.pods.getCached(pp.Namespace, pp.Name)
-		if uid == "" && err == nil {
-			uid = apiPod.UID // a provider that keeps no UIDs runs the pod the API has
-		}
-		// What the provider runs is what it was last given, as far as the sync
-		// handler's comparison with the API pod goes.
-		last, cerr := compact(pp)
-		if cerr != nil {
-			// Without it the first sync calls UpdatePod, which is harmless.
-			c.log.Warn("cannot keep the provider's view of a pod", "pod", key, "error", cerr)
-		}
-		c.state.update(key, func(s *podState) {
-			s.providerUID, s.lastPod, s.deleteRequested = uid, last, false
-			// Its volume files are unknown: the first sync resolves them, which
-			// also starts watching what they come from.
-			s.volumesStale = true
-		})
-		// A different UID under the same name is replaced by the sync handler.
-		if err != nil || apiPod.DeletionTimestamp != nil {
-			orphans++
-			c.deleteQueue.Add(key)
-		}
-		if err == nil {
-			c.statusQueue.Add(key)
-		}
-	}
-	c.log.Info("reconciled with provider", "providerPods", len(pods), "toDelete", orphans)
-	return nil
+}
+
+// echoWrite is what happened to a pod while one of its status writes was in
+// flight.
+type echoWrite struct {
+	// updated: an update of the pod's status came, taken as ours for now.
+	updated bool
+	// stale: the write was made by a check that read a stale cache.
+	stale bool
+}
+
+// recheck reports whether the pod's status must be checked again after the
+// write: an update came during it and may not have been its echo, since the
+// write failed, the cache does not show it (shown), or the check was stale.
+func (w echoWrite) recheck(failed, shown bool) bool {
+	return w.updated && (failed || !shown || w.stale)
 }

@@ -8,6 +8,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// desiredStatus is the status p should have once fromProvider, what the provider
+// (or the node on its behalf) reports, is merged into the API's (mergeStatus),
+// with a finished pod not Ready (finishedNotReady, as of now). resize is the
+// node's record of the pod resized in place and running the spec whose
+// resources the provider runs (nil: as the API has them), both for resizeStatus.
+func desiredStatus(p *corev1.Pod, fromProvider *corev1.PodStatus, resize *resizeState, running *corev1.PodSpec, now metav1.Time) corev1.PodStatus {
+	of := specOf(p)
+	of.resize, of.running = resize, running
+	desired := mergeStatus(p.Status, fromProvider, of)
+	finishedNotReady(&p.Status, &desired, now)
+	return desired
+}
+
 // mergeStatus returns the status the API pod should have once the provider's view
 // is applied to it. The provider owns the phase, reason and message, addresses, start
 // time and container statuses; conditions are merged by type, so conditions written
@@ -136,95 +149,14 @@ func upsertCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev
 	return append(conds, c)
 }
 
-// isTerminal reports whether the pod has finished for good.
-func isTerminal(s *corev1.PodStatus) bool {
-	return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
-}
-
-// stopped reports whether the provider says nothing of the pod runs any more: the
-// pod is terminal, or every app container has terminated and no init container runs.
-// A waiting container may still start, so it does not count as stopped.
-func stopped(s *corev1.PodStatus) bool {
-	if isTerminal(s) {
-		return true
-	}
-	if len(s.ContainerStatuses) == 0 {
-		return false
-	}
-	for _, cs := range s.InitContainerStatuses {
-		if cs.State.Running != nil {
-			return false
+// findCondition is the first condition of type t in conds, or nil.
+func findCondition(conds []corev1.PodCondition, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
 		}
 	}
-	for _, cs := range s.ContainerStatuses {
-		if cs.State.Terminated == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// hasStarted reports whether the API has seen the pod run.
-func hasStarted(s *corev1.PodStatus) bool {
-	if s.Phase == corev1.PodRunning {
-		return true
-	}
-	for _, cs := range s.ContainerStatuses {
-		if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// Reason and exit code of the last state of a container that a provider lost and
-// started again: the kubelet's for a container it can no longer find.
-const (
-	reasonContainerStatusUnknown = "ContainerStatusUnknown"
-	exitCodeContainerUnknown     = 137
-)
-
-// withRestartHistory returns the provider's container statuses with the history
-// the API already records kept, as the kubelet keeps it across restarts: a
-// container's restart count never goes back, and a container the provider started
-// anew without counting it (it lost the pod, for instance in a crash of an
-// in-process back end, and was asked to create it again) counts one restart more,
-// with the instance the API knew as its last state. A provider that counts its
-// own restarts (its count is ahead of the API's) is taken as it is.
-func withRestartHistory(api, fromProvider []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if len(api) == 0 {
-		return fromProvider
-	}
-	var out []corev1.ContainerStatus
-	for i := range fromProvider {
-		pc := &fromProvider[i]
-		ac := findContainerStatus(api, pc.Name)
-		if ac == nil || pc.RestartCount > ac.RestartCount {
-			continue
-		}
-		next := *pc
-		next.RestartCount = ac.RestartCount
-		if next.LastTerminationState == (corev1.ContainerState{}) {
-			next.LastTerminationState = ac.LastTerminationState
-		}
-		// The API keeps times to the second: compare them so.
-		if was, now := startedAt(ac.State), startedAt(pc.State); !was.IsZero() && !now.IsZero() && was.Unix() != now.Unix() {
-			// A new instance the provider did not count.
-			next.RestartCount++
-			next.LastTerminationState = asTerminated(ac.State, now)
-		}
-		if equality.Semantic.DeepEqual(&next, pc) {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(fromProvider) // the provider's slice is not ours to change
-		}
-		out[i] = next
-	}
-	if out == nil {
-		return fromProvider
-	}
-	return out
+	return nil
 }
 
 func findContainerStatus(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
@@ -236,26 +168,7 @@ func findContainerStatus(statuses []corev1.ContainerStatus, name string) *corev1
 	return nil
 }
 
-// startedAt is when the instance a state describes started; zero if none did.
-func startedAt(s corev1.ContainerState) metav1.Time {
-	switch {
-	case s.Running != nil:
-		return s.Running.StartedAt
-	case s.Terminated != nil:
-		return s.Terminated.StartedAt
-	}
-	return metav1.Time{}
-}
-
-// asTerminated is the last state of a container instance that was replaced at
-// replacedAt: as it ended if the API saw it end, else ended for an unknown reason.
-func asTerminated(s corev1.ContainerState, replacedAt metav1.Time) corev1.ContainerState {
-	if s.Terminated != nil {
-		return corev1.ContainerState{Terminated: s.Terminated.DeepCopy()}
-	}
-	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: exitCodeContainerUnknown, Reason: reasonContainerStatusUnknown,
-		Message:   "The provider no longer had the container; it was started again",
-		StartedAt: startedAt(s), FinishedAt: replacedAt,
-	}}
+// isTerminal reports whether the pod has finished for good.
+func isTerminal(s *corev1.PodStatus) bool {
+	return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
 }
