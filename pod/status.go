@@ -129,7 +129,7 @@ func stoppedByNode(st podState, cached *cachedPod) bool {
 // status the node reports for a pod, the provider's or its own (a resolution
 // failure, a failed provider call, a lost pod, a deadline, ephemeral containers
 // it cannot run), goes through it. It merges fromProvider into p's status as
-// the kubelet's rules have it (mergeStatus, finishedNotReady) and, if that
+// the kubelet's rules have it (desiredStatus) and, if that
 // changes anything, sends a strategic-merge patch of the status subresource,
 // which keeps the fields others write. It records the write for the echo
 // suppression (statusEcho) and has the pod checked again when an update seen
