@@ -9,9 +9,10 @@
 //     and the resolver's reference changes put the pod's key on a queue
 //     (workqueue.go: the sync, status and deletion queues and their workers).
 //   - sync.go: the sync handler resolves the spec (package resolve) and creates
-//     or updates the pod in the provider, or refreshes its volumes;
-//     syncfailures.go is what a sync that cannot do so reports (a spec that
-//     cannot be resolved, a failed provider call, a pod the provider lost).
+//     or updates the pod in the provider, or refreshes its volumes; a spec that
+//     cannot be resolved is reported the kubelet's way. providercalls.go makes
+//     the calls into the provider, counted and traced, and reports a failed
+//     one, or a pod the provider lost, in an Event and the pod's status.
 //   - status.go: the status handler reads the provider's status and writes it
 //     through writeStatus, the one writer of a pod's status (a strategic-merge
 //     patch of the status subresource that keeps others' fields); statusEcho

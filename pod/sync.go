@@ -2,11 +2,14 @@ package pod
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -308,22 +311,48 @@ func (c *Controller) refreshVolumes(ctx context.Context, key string, p *corev1.P
 	return nil
 }
 
-// callProvider runs one provider call for pod p, counting it in the metrics and, on
-// failure, recording an Event and putting the reason in the pod's status.
-func (c *Controller) callProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
-	if err := c.invokeProvider(ctx, p, method, call); err != nil {
-		return c.providerFailed(ctx, p, method, err)
+// resolveFailed handles a pod that cannot be resolved. A missing mandatory
+// reference is reported the kubelet's way: a Warning Event "Failed", the pod Pending
+// with every container Waiting in CreateContainerConfigError; the pod is synced
+// again when the resolver sees the object appear. Any other error is retried.
+func (c *Controller) resolveFailed(ctx context.Context, p *corev1.Pod, err error) error {
+	msg := resolveMessage(err)
+	reason := ReasonFailed
+	var missing *resolve.MissingError
+	if errors.As(err, &missing) {
+		reason = missing.Reason() // upstream virtual-kubelet's name for it
 	}
-	return nil
+	c.recorder.Event(p, corev1.EventTypeWarning, reason, "Error: "+msg)
+	if !resolve.IsMissing(err) {
+		return fmt.Errorf("resolving %s: %w", keyOf(p), err)
+	}
+	c.log.Info("pod waits for a missing reference", "pod", keyOf(p), "missing", msg)
+	// The kubelet's first status of a pod has a start time, whether or not its
+	// containers could start; an active deadline counts from it (mergeStatus
+	// keeps an earlier one).
+	now := metav1.NewTime(c.clock.Now())
+	status := &corev1.PodStatus{Phase: corev1.PodPending, StartTime: &now}
+	waiting := func(cs []corev1.Container) []corev1.ContainerStatus {
+		out := make([]corev1.ContainerStatus, 0, len(cs))
+		for _, ctr := range cs {
+			out = append(out, corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image, Started: ptr.To(false),
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: ReasonCreateContainerConfigError, Message: msg}},
+			})
+		}
+		return out
+	}
+	status.InitContainerStatuses = waiting(p.Spec.InitContainers)
+	status.ContainerStatuses = waiting(p.Spec.Containers)
+	return c.writeStatus(ctx, p, status, nil)
 }
 
-// invokeProvider runs one provider call for pod p, counted in the metrics and
-// traced, and returns its error as the provider gave it.
-func (c *Controller) invokeProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
-	done := c.metrics.observeProviderCall(method)
-	ctx, span := c.startSpan(ctx, "provider."+method, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
-	err := call(ctx)
-	endSpan(span, err)
-	done(err)
-	return err
+// resolveMessage is the kubelet's wording of a resolution error: the missing
+// reference alone when that is what it is.
+func resolveMessage(err error) string {
+	var m *resolve.MissingError
+	if errors.As(err, &m) {
+		return m.Error()
+	}
+	return err.Error()
 }
