@@ -53,25 +53,18 @@ func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState
 		return err
 	}
 	msg := deadlineMessage(p)
-	if st.deleteRequested != p.UID {
+	if !st.deleteRequested {
 		// Once: a check before the cache shows the pod Failed only writes again.
 		if err := c.deleteFromProvider(ctx, p); err != nil {
 			return err
 		}
-		c.state.updateIfExists(key, func(s *podState) { s.deleteRequested = p.UID })
+		c.state.updateIfExists(key, func(s *podState) { s.deleteRequested = true })
 		c.recorder.Event(p, corev1.EventTypeNormal, ReasonDeadlineExceeded, msg)
 		c.log.Info("pod stopped at its active deadline", "pod", key)
 	}
 	status := fromProvider.DeepCopy()
 	status.Phase, status.Reason, status.Message = corev1.PodFailed, ReasonDeadlineExceeded, msg
-	return c.writeStatus(ctx, p, status)
-}
-
-// stoppedByNode reports whether the pod behind cached is one the node ended
-// itself while the provider still had it (stopAtDeadline): its status is still
-// checked, for its containers' last states, though it is terminal.
-func stoppedByNode(st podState, cached *cachedPod) bool {
-	return cached.Terminal() && st.providerUID == cached.UID && st.deleteRequested == cached.UID && cached.DeletionTimestamp == nil
+	return c.writeStatus(ctx, p, status, nil)
 }
 
 // failUnstartedAtDeadline ends a pod whose active deadline passed before the
@@ -83,7 +76,7 @@ func (c *Controller) failUnstartedAtDeadline(ctx context.Context, p *corev1.Pod)
 	msg := deadlineMessage(p)
 	c.recorder.Event(p, corev1.EventTypeNormal, ReasonDeadlineExceeded, msg)
 	c.log.Info("pod failed at its active deadline before the provider took it on", "pod", keyOf(p))
-	return c.writeStatus(ctx, p, &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded, Message: msg})
+	return c.writeStatus(ctx, p, &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded, Message: msg}, nil)
 }
 
 func deadlineMessage(p *corev1.Pod) string {

@@ -40,7 +40,7 @@ func (c *Controller) reportEphemeralNotRun(ctx context.Context, p *corev1.Pod) e
 	return c.writeStatus(ctx, p, &corev1.PodStatus{
 		Phase: p.Status.Phase, Reason: p.Status.Reason, Message: p.Status.Message,
 		EphemeralContainerStatuses: statuses,
-	})
+	}, nil)
 }
 
 // ephemeralNotRun returns p's ephemeral container statuses with a Waiting status

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
@@ -24,11 +24,12 @@ func TestQueuesOfNodesSharingMetricsAreCountedTogether(t *testing.T) {
 	if err := m.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	timer := sharedtimer.New(nil) // as the nodes of a process share one
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	timer := sharedtimer.New(clk) // as the nodes of a process share one
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go timer.Run(ctx)
-	c := &Controller{metrics: m, clock: clock.RealClock{}, timer: timer, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c := &Controller{metrics: m, clock: clk, timer: timer, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
 	goroutines := runtime.NumGoroutine()
 	var queues []*countedQueue
@@ -46,10 +47,7 @@ func TestQueuesOfNodesSharingMetricsAreCountedTogether(t *testing.T) {
 	if got := depth(t, reg); got != 3 {
 		t.Errorf("depth = %v, want 3", got)
 	}
-	time.Sleep(400 * time.Millisecond)
-	if got := depth(t, reg); got != 4 {
-		t.Errorf("depth after the back-off = %v, want 4", got)
-	}
+	stepUntil(t, clk, 200*time.Millisecond, "the retry after its back-off", func() bool { return depth(t, reg) == 4 })
 	key, _ := q1.Get()
 	c.process(context.Background(), q1, func(context.Context, string) error { return nil }, key)
 	if n := testutil.ToFloat64(m.queueAdds.WithLabelValues("pod_sync")); n != 4 {

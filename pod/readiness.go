@@ -44,13 +44,3 @@ func gatedReady(ready corev1.PodCondition, gates []corev1.PodReadinessGate, cond
 	ready.Message = strings.Join(unready, "; ")
 	return ready
 }
-
-// findCondition is the first condition of type t in conds, or nil.
-func findCondition(conds []corev1.PodCondition, t corev1.PodConditionType) *corev1.PodCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}

@@ -38,9 +38,30 @@ const ReasonResizeInfeasible = "ResizeInfeasible"
 // apart from its podState); the others run their spec's resources.
 
 // resizesInPlace reports whether the provider resizes running pods, so that
-// the statuses carry the containers' resources (resize.go).
+// the statuses carry the containers' resources.
 func (c *Controller) resizesInPlace() bool {
 	return provider.ResizesInPlace(c.provider)
+}
+
+// resourcesInEffect is, for a provider that resizes in place, the spec whose
+// containers' resources the provider runs, for a status check of the pod
+// cached (api its status in the API, which has no containers: withStatus) to
+// report: nil while the API's status says them already, or for a provider
+// that does not resize in place.
+func (c *Controller) resourcesInEffect(st podState, cached *cachedPod, api *corev1.PodStatus) (*corev1.PodSpec, error) {
+	if !c.resizesInPlace() {
+		return nil, nil
+	}
+	from := cached
+	if st.lastPod != nil && st.lastPod.SpecHash() != cached.SpecHash() {
+		// A spec change the sync has yet to hand over, a resize perhaps:
+		// the status tells the resources the provider runs.
+		from = st.lastPod
+	}
+	if from == cached && reportsResources(api) {
+		return nil, nil
+	}
+	return from.ResourcesSpec()
 }
 
 // resizeState is the node's record of a pod resized in place. It is never

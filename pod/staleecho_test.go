@@ -70,7 +70,7 @@ func TestAStatusCheckedBeforeTheLastWriteCameBackIsCheckedAgain(t *testing.T) {
 	echo := mustCompact(t, f.apiPod("ns/a"))
 	// The encoded REST client learns the written status's fingerprint from the
 	// API server's answer; client-go's fake does not, so the test tells it.
-	c.state.update("ns/a", func(s *podState) { s.writtenStatus, s.echoPending = echo.StatusHash(), true })
+	c.state.update("ns/a", func(s *podState) { s.echo.written, s.echo.pending = echo.StatusHash(), true })
 
 	// The provider reports it Running again before the write comes back.
 	f.provider.mu.Lock()

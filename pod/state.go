@@ -21,8 +21,6 @@ type podState struct {
 	// updatable. The sync handler compares the API pod with it to decide on
 	// UpdatePod, and DeletePod is called with it once the API object is gone.
 	lastPod *cachedPod
-	// deleteRequested is the UID for which DeletePod has succeeded.
-	deleteRequested types.UID
 	// notified is the latest status pushed by a PodNotifier for providerUID, until
 	// it is written to the API.
 	notified *corev1.PodStatus
@@ -31,34 +29,23 @@ type podState struct {
 	env map[string][]corev1.EnvVar
 	// volumes stands for the volume files last handed to the provider.
 	volumes volumesDigest
-	// writtenStatus is the fingerprint (cachedPod's statusHash) of the status
-	// last written to the API, 0 if unknown: an update of the pod that brings
-	// exactly it is the write coming back, with nothing to check.
-	writtenStatus uint64
+	// echo tells the pod's status writes coming back through the watch from
+	// others' changes of its status.
+	echo statusEcho
 	// volumesStale is set when an object the pod references changed, or one of its
 	// tokens is due for refresh, since volumes were resolved.
 	volumesStale bool
-	// writing is set while a status write is in flight, and
-	// updatedWhileWriting when an update of the pod's status came meanwhile.
-	writing, updatedWhileWriting bool
-	// staleCheck is set while a status check compares with a cache that may
-	// not show the last write yet (its echo still on its way through the
-	// watch): the cache is then older than the API, and a provider status
-	// equal to what it shows looks like nothing to write. The write's echo is
-	// then checked again rather than taken as our own (ownStatus, writeStatus).
-	staleCheck bool
-	// echoPending is set from a status write until its echo (the pod with the
-	// status written) comes through the watch: only a check made meanwhile
-	// reads a cache older than the API. After the echo, a cache that differs
-	// from writtenStatus shows someone else's later write, which is up to date.
-	echoPending bool
+	// deleteRequested is set once DeletePod has succeeded for the incarnation
+	// providerUID names; it is cleared whenever providerUID is set.
+	deleteRequested bool
 	// startTrace is the recorded sync span that created the pod in the provider,
 	// until the first status write continues its trace; nil when not traced (a
 	// pointer: most pods are not, and the 56 bytes inline made every pod's
 	// state a size class larger, 176 against 128 bytes).
 	startTrace *trace.SpanContext
-	// (The booleans are kept together, and the volumes' digest short, so that
-	// a pod's state fits the 96-byte size class: TestAPodsStateFitsItsSizeClass.)
+	// (The booleans are kept together, deleteRequested a flag rather than a
+	// UID, and the volumes' digest short, so that a pod's state fits the
+	// 96-byte size class: TestAPodsStateFitsItsSizeClass.)
 }
 
 // stateStore holds the podState of every key and a lock per key, so the sync,
@@ -147,6 +134,11 @@ func (s *stateStore) updateIfExists(key string, fn func(*podState)) {
 	}
 }
 
+// echo applies fn to the status echo of key, if key has state.
+func (s *stateStore) echo(key string, fn func(*statusEcho)) {
+	s.updateIfExists(key, func(st *podState) { fn(&st.echo) })
+}
+
 // forget drops the state of key.
 func (s *stateStore) forget(key string) {
 	s.mu.Lock()
@@ -200,3 +192,5 @@ func (s *stateStore) setResizeLocked(key string, rs *resizeState) {
 	s.resizes[key] = rs
 	s.resized.Store(int32(len(s.resizes)))
 }
+
+func keyOf(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

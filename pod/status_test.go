@@ -1,11 +1,14 @@
 package pod
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
 )
 
 var (
@@ -148,4 +151,83 @@ func TestAnUpdateHandedToTheProviderIsFollowedByAStatusCheck(t *testing.T) {
 	f.waitCached("ns/a", func(p *corev1.Pod) bool {
 		return p.Status.ObservedGeneration == 2 && p.Status.Conditions[0].ObservedGeneration == 2
 	})
+}
+
+func TestStatusPatchKeepsOthersConditions(t *testing.T) {
+	pod := newPod("a")
+	pod.Status.Conditions = []corev1.PodCondition{{Type: "example.com/gate", Status: corev1.ConditionTrue}}
+	pod.Status.QOSClass = corev1.PodQOSBestEffort
+	f := newFixture(t, pod)
+	f.start()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	var patches []core.PatchAction
+	for _, a := range f.writes() {
+		if pa, ok := a.(core.PatchAction); ok && a.GetSubresource() == "status" {
+			patches = append(patches, pa)
+		}
+	}
+	if len(patches) != 1 || patches[0].GetPatchType() != types.StrategicMergePatchType {
+		t.Fatalf("want one strategic-merge status patch, got %v", f.writes())
+	}
+	var body map[string]any
+	_ = json.Unmarshal(patches[0].GetPatch(), &body)
+	if body["metadata"].(map[string]any)["uid"] != "uid-a" {
+		t.Fatalf("patch lacks the UID precondition: %s", patches[0].GetPatch())
+	}
+	p, _ := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
+	// Others' gate first, then the provider's Ready and the two conditions it
+	// left out (Initialized, ContainersReady), worked out by the node.
+	if p.Status.QOSClass != corev1.PodQOSBestEffort || len(p.Status.Conditions) != 4 || p.Status.Conditions[0].Type != "example.com/gate" {
+		t.Fatalf("others' fields lost: %+v", p.Status)
+	}
+	// Nothing changed since: the next status sync writes nothing.
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	f.client.ClearActions()
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("unchanged status was written again: %v", w)
+	}
+}
+
+func TestAStatusChangedBySomeoneElseIsCheckedAgainstTheProvider(t *testing.T) {
+	f := newFixture(t, newPod("a"))
+	f.start()
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.statusHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("ns/a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	old, err := f.client.CoreV1().Pods("ns").Get(f.ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node-lifecycle controller marks the pod not Ready while it cannot reach the node.
+	p := old.DeepCopy()
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+	changed, err := compact(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := compact(old.DeepCopy())
+	for f.c.statusQueue.Len() > 0 { // drain what the test's own writes queued
+		k, _ := f.c.statusQueue.Get()
+		f.c.statusQueue.Done(k)
+	}
+	f.c.handleUpdatedPod(same, same)
+	if n := f.c.statusQueue.Len(); n != 0 {
+		t.Errorf("an update that left the status alone queued %d status checks, want 0", n)
+	}
+	f.c.handleUpdatedPod(same, changed)
+	if n := f.c.statusQueue.Len(); n != 1 {
+		t.Errorf("an update that changed the status queued %d status checks, want 1", n)
+	}
 }

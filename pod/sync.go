@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -127,6 +126,19 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	return c.updateInProvider(ctx, key, p, cached, st)
 }
 
+// hasStarted reports whether the API has seen the pod run.
+func hasStarted(s *corev1.PodStatus) bool {
+	if s.Phase == corev1.PodRunning {
+		return true
+	}
+	for _, cs := range s.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // sameSpec reports whether cached, a newer object of the pod the provider runs
 // as st.lastPod, changed nothing a sync acts on: the same spec, labels and
 // annotations (specHash), not being deleted, not finished, no ephemeral
@@ -194,7 +206,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	c.state.setResize(key, nil) // a new incarnation runs the spec's resources
 	c.state.update(key, func(s *podState) {
 		s.providerUID, s.lastPod = p.UID, cached
-		s.deleteRequested, s.notified, s.startTrace = "", nil, started
+		s.deleteRequested, s.notified, s.startTrace = false, nil, started
 		s.env, s.volumes, s.volumesStale = nil, volumesDigest{}, false
 		if rp != nil {
 			s.env, s.volumes = rp.Env, digestVolumes(rp.Volumes)
@@ -332,7 +344,7 @@ func (c *Controller) resolveFailed(ctx context.Context, p *corev1.Pod, err error
 	}
 	status.InitContainerStatuses = waiting(p.Spec.InitContainers)
 	status.ContainerStatuses = waiting(p.Spec.Containers)
-	return c.writeStatus(ctx, p, status)
+	return c.writeStatus(ctx, p, status, nil)
 }
 
 // resolveMessage is the kubelet's wording of a resolution error: the missing
@@ -343,103 +355,4 @@ func resolveMessage(err error) string {
 		return m.Error()
 	}
 	return err.Error()
-}
-
-// callProvider runs one provider call for pod p, counting it in the metrics and, on
-// failure, recording an Event and putting the reason in the pod's status.
-func (c *Controller) callProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
-	if err := c.invokeProvider(ctx, p, method, call); err != nil {
-		return c.providerFailed(ctx, p, method, err)
-	}
-	return nil
-}
-
-// invokeProvider runs one provider call for pod p, counted in the metrics and
-// traced, and returns its error as the provider gave it.
-func (c *Controller) invokeProvider(ctx context.Context, p *corev1.Pod, method string, call func(context.Context) error) error {
-	done := c.metrics.observeProviderCall(method)
-	ctx, span := c.startSpan(ctx, "provider."+method, keyOf(p), trace.WithSpanKind(trace.SpanKindClient))
-	err := call(ctx)
-	endSpan(span, err)
-	done(err)
-	return err
-}
-
-// providerFailed records err, the failure of a provider call for pod p, in an
-// Event and (but for DeletePod) in the pod's status, and returns it wrapped.
-func (c *Controller) providerFailed(ctx context.Context, p *corev1.Pod, method string, err error) error {
-	msg := fmt.Sprintf("%s failed: %v", method, err)
-	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderFailed, msg)
-	if method != "DeletePod" {
-		now := metav1.NewTime(c.clock.Now()) // as resolveFailed's, kept if the pod has one
-		if werr := c.writeStatus(ctx, p, &corev1.PodStatus{
-			Phase: p.Status.Phase, Reason: ReasonProviderFailed, Message: msg, StartTime: &now,
-		}); werr != nil {
-			c.log.Warn("cannot record provider failure in pod status", "pod", keyOf(p), "error", werr)
-		}
-	}
-	return fmt.Errorf("%s %s: %w", method, keyOf(p), err)
-}
-
-// markLost ends a pod that the provider lost and may not restart.
-func (c *Controller) markLost(ctx context.Context, p *corev1.Pod) (err error) {
-	ctx, sync := c.startSpan(ctx, spanSync, keyOf(p), trace.WithAttributes(attribute.String("vkubelet.action", "markLost")))
-	defer func() { endSpan(sync, err) }()
-	msg := "the provider no longer runs this pod and its restartPolicy Never forbids starting it again"
-	c.recorder.Event(p, corev1.EventTypeWarning, ReasonProviderLost, msg)
-	status := &corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonProviderLost, Message: msg,
-		ContainerStatuses: terminatedAll(p.Status.ContainerStatuses, ReasonProviderLost, msg)}
-	return c.writeStatus(ctx, p, status)
-}
-
-// terminatedAll is cs with each container not known to have terminated shown
-// terminated for reason: the node knows it no longer runs but not how it ended,
-// so the exit code is 137, a kill's.
-func terminatedAll(cs []corev1.ContainerStatus, reason, msg string) []corev1.ContainerStatus {
-	if len(cs) == 0 {
-		return nil // nothing reported: nothing to say of them
-	}
-	out := make([]corev1.ContainerStatus, 0, len(cs))
-	for _, s := range cs {
-		if s.State.Terminated == nil {
-			s.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 137, Reason: reason, Message: msg,
-			}}
-			s.Ready, s.Started = false, ptr.To(false)
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// deleteLastFromProvider stops, by deleteFromProvider, the pod last seen under a
-// key: the API has no pod of that incarnation any more.
-func (c *Controller) deleteLastFromProvider(ctx context.Context, last *cachedPod) error {
-	if last == nil {
-		return nil
-	}
-	p, err := last.Decode()
-	if err != nil {
-		return err
-	}
-	return c.deleteFromProvider(ctx, p)
-}
-
-// deleteFromProvider stops p in the provider; a provider that no longer has it has
-// done what was asked.
-func (c *Controller) deleteFromProvider(ctx context.Context, p *corev1.Pod) error {
-	if p == nil {
-		return nil
-	}
-	err := c.callProvider(ctx, p, "DeletePod", func(ctx context.Context) error {
-		err := c.provider.DeletePod(ctx, p.DeepCopy())
-		if errdefs.IsNotFound(err) {
-			return nil
-		}
-		return err
-	})
-	if err != nil && errors.Is(err, context.Canceled) {
-		return ctx.Err()
-	}
-	return err
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
@@ -217,4 +218,23 @@ func ownTimer(c *Controller) bool {
 	}
 	c.timer = sharedtimer.New(c.clock)
 	return true
+}
+
+// process runs handler on key, an item taken from q, and re-queues it with
+// back-off if it fails.
+func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], handler func(context.Context, string) error, key string) {
+	defer q.Done(key)
+	start := c.clock.Now()
+	err := handler(ctx, key)
+	if o, ok := q.(workObserver); ok {
+		o.observeWork(c.clock.Since(start))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("sync failed; will retry", "pod", key, "error", err, "retries", q.NumRequeues(key))
+		}
+		q.AddRateLimited(key)
+		return
+	}
+	q.Forget(key)
 }

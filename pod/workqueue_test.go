@@ -12,20 +12,34 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
-// queueFixture is a controller with nothing but what its queues need.
-func queueFixture(t *testing.T) (*Controller, context.Context) {
+// queueFixture is a controller with nothing but what its queues need, on a
+// fake clock that the test steps for delayed adds and retries.
+func queueFixture(t *testing.T) (*Controller, *clocktesting.FakeClock, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	timer := sharedtimer.New(nil)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	timer := sharedtimer.New(clk)
 	go timer.Run(ctx)
-	return &Controller{metrics: NewMetrics(), clock: clock.RealClock{}, timer: timer,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ctx
+	return &Controller{metrics: NewMetrics(), clock: clk, timer: timer,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, clk, ctx
+}
+
+// stepUntil moves clk on by d at each poll until cond holds: a delayed add
+// (or retry) made meanwhile is due at the first step after it, whenever it
+// was made.
+func stepUntil(t *testing.T, clk *clocktesting.FakeClock, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		clk.Step(d)
+		return cond()
+	})
 }
 
 // dispatchers counts the goroutines running a node queue's dispatcher.
@@ -35,21 +49,23 @@ func dispatchers() int {
 	return strings.Count(string(buf), "(*nodeQueue).dispatch(")
 }
 
+// waitFor polls cond until it holds, failing the test after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) { return cond(), "waiting for " + what })
+}
+
+// isDispatching reports whether a dispatcher of q runs.
+func isDispatching(q *nodeQueue) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dispatching
 }
 
 // An idle node's queue costs neither a client-go queue nor a goroutine; the
 // dispatcher runs while there are items, and exits once they are handled.
 func TestANodeQueueDispatchesOnlyWhileItHasItems(t *testing.T) {
-	c, ctx := queueFixture(t)
+	c, clk, ctx := queueFixture(t)
 	var handled sync.Map
 	q := c.newNodeQueue("test", func(_ context.Context, key string) error {
 		handled.Store(key, true)
@@ -76,14 +92,14 @@ func TestANodeQueueDispatchesOnlyWhileItHasItems(t *testing.T) {
 
 	// A delayed add, put in the queue by the timer, starts a dispatcher again.
 	q.AddAfter("ns/later", 50*time.Millisecond)
-	waitFor(t, "the delayed item to be handled", func() bool { _, ok := handled.Load("ns/later"); return ok })
+	stepUntil(t, clk, 50*time.Millisecond, "the delayed item to be handled", func() bool { _, ok := handled.Load("ns/later"); return ok })
 	waitFor(t, "the dispatcher to exit", func() bool { return dispatchers() == base })
 }
 
 // Items added before start wait for it; a failing item comes back after its
 // back-off, through the timer, with no dispatcher waiting meanwhile.
 func TestANodeQueueRetriesFailuresAndWaitsForStart(t *testing.T) {
-	c, ctx := queueFixture(t)
+	c, clk, ctx := queueFixture(t)
 	var calls atomic.Int32
 	q := c.newNodeQueue("test", func(context.Context, string) error {
 		if calls.Add(1) == 1 {
@@ -92,13 +108,18 @@ func TestANodeQueueRetriesFailuresAndWaitsForStart(t *testing.T) {
 		return nil
 	}, 1)
 	q.Add("ns/a")
-	time.Sleep(50 * time.Millisecond)
-	if n := calls.Load(); n != 0 {
-		t.Fatalf("handled %d times before start", n)
+	// Before start an add starts no dispatcher (kick decides at once).
+	if n := calls.Load(); n != 0 || isDispatching(q) {
+		t.Fatalf("handled %d times before start (dispatching: %v)", n, isDispatching(q))
 	}
 	q.start(ctx)
-	waitFor(t, "the retry", func() bool { return calls.Load() == 2 })
-	time.Sleep(300 * time.Millisecond)
+	// The first back-off is 200 ms.
+	stepUntil(t, clk, 200*time.Millisecond, "the retry", func() bool { return calls.Load() == 2 })
+	// The retry succeeded: the item is forgotten, with no retry waiting.
+	waitFor(t, "the item to be done", func() bool { return q.Len() == 0 && !isDispatching(q) })
+	if n := q.queue().NumRequeues("ns/a"); n != 0 {
+		t.Fatalf("the item has %d retries recorded after it succeeded", n)
+	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("handled %d times; want 2 (a failure, then its retry)", n)
 	}
@@ -108,7 +129,7 @@ func TestANodeQueueRetriesFailuresAndWaitsForStart(t *testing.T) {
 // it is handled is handled once more after (queued by client-go at Done, not
 // through an add).
 func TestANodeQueueKeepsItsWorkerLimitAndRequeuedItems(t *testing.T) {
-	c, ctx := queueFixture(t)
+	c, _, ctx := queueFixture(t)
 	const workers = 3
 	var running, peak, total atomic.Int32
 	release := make(chan struct{})
@@ -144,14 +165,13 @@ func TestANodeQueueKeepsItsWorkerLimitAndRequeuedItems(t *testing.T) {
 
 // After ShutDown nothing is built or handled.
 func TestAShutDownNodeQueueTakesNothing(t *testing.T) {
-	c, ctx := queueFixture(t)
+	c, _, ctx := queueFixture(t)
 	var calls atomic.Int32
 	q := c.newNodeQueue("test", func(context.Context, string) error { calls.Add(1); return nil }, 1)
 	q.start(ctx)
 	q.ShutDown()
-	q.Add("ns/a")
-	time.Sleep(50 * time.Millisecond)
-	if q.q != nil || calls.Load() != 0 {
+	q.Add("ns/a") // dropped at once: no queue is built, no dispatcher started
+	if q.q != nil || calls.Load() != 0 || isDispatching(q) {
 		t.Fatalf("a shut-down queue took an item (queue built: %v, handled %d)", q.q != nil, calls.Load())
 	}
 	if _, shutdown := q.Get(); !shutdown {

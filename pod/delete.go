@@ -1,0 +1,205 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// deleteHandler stops a pod the API is deleting (or has deleted) and, once the
+// provider confirms or the grace period is over, removes it from the API.
+func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) {
+	unlock := c.state.lock(key)
+	defer unlock()
+	ctx, span := c.startSpan(ctx, spanDelete, key)
+	defer func() { endSpan(span, err) }()
+
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	st := c.state.get(key)
+	p, _, err := c.pods.get(ns, name)
+	if apierrors.IsNotFound(err) {
+		// Gone from the API (force-deleted, or deleted while we were away): the
+		// provider must not keep running it.
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
+			return err
+		}
+		c.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.DeletionTimestamp == nil || c.removed.has(key, p.UID) {
+		return nil
+	}
+	if st.providerUID != "" && st.providerUID != p.UID {
+		// An earlier pod of the same name still runs in the provider.
+		if err := c.deleteLastFromProvider(ctx, st.lastPod); err != nil {
+			return err
+		}
+		c.forget(key)
+		st = podState{}
+	}
+
+	inProvider := st.providerUID == p.UID
+	if inProvider && !st.deleteRequested {
+		// Always asked, and asked again until the provider accepts, whatever
+		// happened to status writes before.
+		if err := c.deleteFromProvider(ctx, p); err != nil {
+			return err
+		}
+		c.state.update(key, func(s *podState) { s.deleteRequested = true })
+		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonKilling, "Stopping pod in the provider (grace period %ds)", int64(provider.GracePeriod(p)/time.Second))
+	}
+
+	gone := !inProvider
+	if inProvider {
+		done := c.metrics.observeProviderCall("GetPodStatus")
+		status, err := c.provider.GetPodStatus(ctx, ns, name)
+		done(err)
+		switch {
+		case errdefs.IsNotFound(err):
+			gone = true
+		case err == nil:
+			gone = stopped(status)
+		default:
+			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
+		}
+	}
+	remaining := p.DeletionTimestamp.Time.Sub(c.clock.Now())
+	if !gone && remaining > 0 {
+		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
+		return nil
+	}
+	if !gone {
+		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
+	}
+	if err := c.removeFromAPI(ctx, p); err != nil {
+		return err
+	}
+	c.forget(key)
+	return nil
+}
+
+// stopped reports whether the provider says nothing of the pod runs any more: the
+// pod is terminal, or every app container has terminated and no init container runs.
+// A waiting container may still start, so it does not count as stopped.
+func stopped(s *corev1.PodStatus) bool {
+	if isTerminal(s) {
+		return true
+	}
+	if len(s.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range s.InitContainerStatuses {
+		if cs.State.Running != nil {
+			return false
+		}
+	}
+	for _, cs := range s.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteLastFromProvider stops, by deleteFromProvider, the pod last seen under a
+// key: the API has no pod of that incarnation any more.
+func (c *Controller) deleteLastFromProvider(ctx context.Context, last *cachedPod) error {
+	if last == nil {
+		return nil
+	}
+	p, err := last.Decode()
+	if err != nil {
+		return err
+	}
+	return c.deleteFromProvider(ctx, p)
+}
+
+// deleteFromProvider stops p in the provider; a provider that no longer has it has
+// done what was asked.
+func (c *Controller) deleteFromProvider(ctx context.Context, p *corev1.Pod) error {
+	if p == nil {
+		return nil
+	}
+	err := c.callProvider(ctx, p, "DeletePod", func(ctx context.Context) error {
+		err := c.provider.DeletePod(ctx, p.DeepCopy())
+		if errdefs.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil && errors.Is(err, context.Canceled) {
+		return ctx.Err()
+	}
+	return err
+}
+
+// removeFromAPI deletes the pod object for good, only if it is still the same pod.
+func (c *Controller) removeFromAPI(ctx context.Context, p *corev1.Pod) error {
+	// Recorded before the request, so that the informer's report of the pod
+	// gone, which clears it, cannot come first.
+	c.removed.add(keyOf(p), p.UID)
+	done := c.metrics.observeAPIDelete()
+	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &p.UID},
+	})
+	done(err)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	c.removed.forget(keyOf(p))
+	return fmt.Errorf("removing %s from the API: %w", keyOf(p), err)
+}
+
+// removedPods are pods removed from the API whose removal the informer has not
+// reported yet, by key.
+type removedPods struct {
+	mu   sync.Mutex
+	uids map[string]types.UID
+}
+
+func (r *removedPods) add(key string, uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uids == nil {
+		r.uids = map[string]types.UID{}
+	}
+	r.uids[key] = uid
+}
+
+func (r *removedPods) has(key string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.uids[key]
+	return ok && u == uid
+}
+
+func (r *removedPods) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.uids, key)
+}
+
+// forget drops what the controller and the resolver keep about key.
+func (c *Controller) forget(key string) {
+	c.state.forget(key)
+	c.resolver.Release(key)
+}

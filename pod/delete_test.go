@@ -1,0 +1,119 @@
+package pod
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+)
+
+func deletingPod(name string, now time.Time, grace int64) *corev1.Pod {
+	p := newPod(name)
+	p.DeletionTimestamp = &metav1.Time{Time: now.Add(time.Duration(grace) * time.Second)}
+	p.DeletionGracePeriodSeconds = &grace
+	return p
+}
+
+func TestDeleteWaitsForProviderConfirmation(t *testing.T) {
+	f := newFixture(t)
+	now := f.clock.Now()
+	pod := deletingPod("a", now, 30)
+	f.client = fake.NewClientset(pod)
+	f.provider.pods["ns/a"] = pod.DeepCopy()
+	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.start()
+
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.provider.callList(); got[len(got)-1] != "DeletePod ns/a" {
+		t.Fatalf("provider calls = %v, want DeletePod", got)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("pod removed before the provider confirmed: %v", w)
+	}
+	if ev := <-f.recorder.Events; ev != "Normal Killing Stopping pod in the provider (grace period 30s)" {
+		t.Fatalf("event = %q", ev)
+	}
+	f.provider.terminate("ns/a")
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(strings.Join(f.provider.callList(), ","), "DeletePod"); n != 1 {
+		t.Fatalf("DeletePod called %d times, want once", n)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+}
+
+func assertRemoved(t *testing.T, f *fixture, name string, uid types.UID) {
+	t.Helper()
+	w := f.writes()
+	if len(w) != 1 || w[0].GetVerb() != "delete" {
+		t.Fatalf("want one delete, got %v", w)
+	}
+	opts := w[0].(core.DeleteActionImpl).DeleteOptions
+	if opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 || opts.Preconditions == nil || *opts.Preconditions.UID != uid {
+		t.Fatalf("delete options = %+v, want grace 0 and UID precondition %s", opts, uid)
+	}
+}
+
+func TestDeleteRemovesPodOnceGraceExpires(t *testing.T) {
+	f := newFixture(t)
+	pod := deletingPod("a", f.clock.Now(), 5)
+	f.client = fake.NewClientset(pod)
+	f.provider.pods["ns/a"] = pod.DeepCopy()
+	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.start()
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(4 * time.Second)
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("removed before the grace period ended: %v", w)
+	}
+	f.clock.Step(2 * time.Second)
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+}
+
+func TestDeletePodIsRetriedUntilItSucceeds(t *testing.T) {
+	f := newFixture(t)
+	pod := deletingPod("a", f.clock.Now(), 30)
+	f.client = fake.NewClientset(pod)
+	f.provider.pods["ns/a"] = pod.DeepCopy()
+	f.start()
+	f.provider.failNext["DeletePod"] = errors.New("temporary")
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err == nil {
+		t.Fatal("a failed DeletePod must fail the sync so it is retried")
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("pod removed although DeletePod failed: %v", w)
+	}
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(strings.Join(f.provider.callList(), ","), "DeletePod"); n != 2 {
+		t.Fatalf("DeletePod called %d times, want 2", n)
+	}
+}
+
+func TestPodNeverInProviderIsRemovedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	f.client = fake.NewClientset(deletingPod("a", f.clock.Now(), 30))
+	f.start()
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+}
