@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vkubelet/vkubelet/internal/wire/statuspatch"
 )
 
 // benchPod is a pod of realistic size: three containers with resources, labels,
@@ -50,7 +52,7 @@ func BenchmarkStatusUnchanged(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		desired := mergeStatus(p.Status, same, statusSpec{})
-		if patch, _ := statusPatch(p.UID, &p.Status, &desired); patch != nil {
+		if patch, _ := statuspatch.Build(p.UID, &p.Status, &desired); patch != nil {
 			b.Fatal("patch for an unchanged status")
 		}
 	}

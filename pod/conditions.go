@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // Reasons of the conditions the node fills in, the kubelet's.
@@ -37,7 +39,7 @@ func lacksDerivedConditions(s *corev1.PodStatus) bool {
 // does not say, it is when the node first hears of the pod from it, and active
 // deadlines count from it. s is not changed; it is returned as it is when it
 // lacks nothing, which is the common case.
-func (c *Controller) completed(cached *cachedPod, api, s *corev1.PodStatus) (*corev1.PodStatus, error) {
+func (c *Controller) completed(cached *podwire.Pod, api, s *corev1.PodStatus) (*corev1.PodStatus, error) {
 	now := metav1.NewTime(c.clock.Now())
 	copied := false
 	if lacksDerivedConditions(s) {
@@ -128,4 +130,10 @@ func readyCondition(s *corev1.PodStatus, of podContainers, now metav1.Time) core
 		c.Message = "containers not ready: " + strings.Join(unready, ", ")
 	}
 	return c
+}
+
+// containersOf reads the names of the cached pod's containers from its encoding.
+func containersOf(c *podwire.Pod) (podContainers, error) {
+	of, err := c.Containers()
+	return podContainers{app: of.App, init: of.Init, sidecars: of.Sidecars}, err
 }

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 func TestConditionsAProviderLeftOutAreWorkedOutFromItsContainers(t *testing.T) {
@@ -99,7 +101,7 @@ func TestTheCachedPodNamesItsContainers(t *testing.T) {
 		InitContainers: []corev1.Container{{Name: "migrate", Image: "i"}, {Name: "proxy", Image: "i", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
 		Containers:     []corev1.Container{{Name: "app", Image: "i"}, {Name: "log", Image: "i"}}}}
 	p.Namespace, p.Name, p.UID = "ns", "a", "u1"
-	c, err := compact(p)
+	c, err := podwire.Compact(p)
 	if err != nil {
 		t.Fatal(err)
 	}

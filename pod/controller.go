@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -83,7 +84,7 @@ type Controller struct {
 	client kubernetes.Interface
 	// rawPods writes pod statuses and reads the pod written back encoded; nil
 	// for a clientset without a REST client (client-go's fakes).
-	rawPods  *rawPods
+	rawPods  *podwire.Client
 	nodeName string
 	provider provider.PodLifecycleHandler
 	// notifier is the provider as a PodNotifier, nil if it must be polled.
@@ -208,7 +209,7 @@ func NewController(cfg Config) (*Controller, error) {
 	if cfg.Source != nil && cfg.Source.rawPods.SharedBy(cfg.Client) {
 		c.rawPods = cfg.Source.rawPods
 	} else {
-		c.rawPods = rawPodsOf(cfg.Client)
+		c.rawPods, _ = podwire.NewClient(cfg.Client)
 	}
 	if cfg.Source != nil {
 		c.pods = podCache{indexer: cfg.Source.informer.GetIndexer(), node: cfg.NodeName}
@@ -225,9 +226,9 @@ func NewController(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
 	podInformer := factory.InformerFor(&corev1.Pod{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return podInformer(lw, c.rawPods, resync, cache.Indexers{})
+		return podwire.NewInformer(lw, c.rawPods, resync, cache.Indexers{})
 	})
-	if err := podInformer.SetTransform(compactTransformOf(podInformer.GetIndexer())); err != nil {
+	if err := podInformer.SetTransform(podwire.TransformOf(podInformer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
 	c.informers = factory

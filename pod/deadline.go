@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -45,7 +47,7 @@ func deadlineLeft(p *corev1.Pod, fromProvider *corev1.PodStatus, now time.Time) 
 // The provider is asked first: if it cannot be reached, nothing is written and
 // the check is retried, so the API never shows a pod Failed that still runs
 // with nobody stopping it.
-func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState, cached *cachedPod, fromProvider *corev1.PodStatus) (err error) {
+func (c *Controller) stopAtDeadline(ctx context.Context, key string, st podState, cached *podwire.Pod, fromProvider *corev1.PodStatus) (err error) {
 	ctx, span := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "activeDeadline")))
 	defer func() { endSpan(span, err) }()
 	p, err := cached.Decode()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/wire/statuspatch"
 )
 
 func TestTheActiveDeadlineCountsFromTheStartTime(t *testing.T) {
@@ -128,7 +129,7 @@ func TestAFinishedPodIsNotReady(t *testing.T) {
 	// The provider still says ready while its containers stop.
 	again := mergeStatus(desired, fromProvider, statusSpec{})
 	finishedNotReady(&desired, &again, metav1.NewTime(t1.Add(time.Minute)))
-	if patch, err := statusPatch("uid", &desired, &again); err != nil || patch != nil {
+	if patch, err := statuspatch.Build("uid", &desired, &again); err != nil || patch != nil {
 		t.Errorf("second check patches %s (%v); want nothing", patch, err)
 	}
 }

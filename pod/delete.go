@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -121,7 +122,7 @@ func stopped(s *corev1.PodStatus) bool {
 
 // deleteLastFromProvider stops, by deleteFromProvider, the pod last seen under a
 // key: the API has no pod of that incarnation any more.
-func (c *Controller) deleteLastFromProvider(ctx context.Context, last *cachedPod) error {
+func (c *Controller) deleteLastFromProvider(ctx context.Context, last *podwire.Pod) error {
 	if last == nil {
 		return nil
 	}

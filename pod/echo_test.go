@@ -2,7 +2,7 @@ package pod
 
 import "testing"
 
-// Fingerprints of statuses, as cachedPod's StatusHash gives them.
+// Fingerprints of statuses, as podwire.Pod's StatusHash gives them.
 const (
 	ourStatus   uint64 = 0x0a
 	theirStatus uint64 = 0x0b

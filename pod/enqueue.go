@@ -5,11 +5,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // handlePod routes an added or updated pod to the right queue.
 func (c *Controller) handlePod(obj any) {
-	p, ok := obj.(*cachedPod)
+	p, ok := obj.(*podwire.Pod)
 	if !ok {
 		return
 	}
@@ -28,8 +30,8 @@ func (c *Controller) handlePod(obj any) {
 // we wrote costs a comparison.
 func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 	c.handlePod(newObj)
-	old, ok1 := oldObj.(*cachedPod)
-	p, ok2 := newObj.(*cachedPod)
+	old, ok1 := oldObj.(*podwire.Pod)
+	p, ok2 := newObj.(*podwire.Pod)
 	if ok1 && ok2 && old.StatusHash() != p.StatusHash() && !p.Terminal() && p.DeletionTimestamp == nil && !c.ownStatus(p) {
 		c.statusQueue.Add(p.Key())
 	}
@@ -37,7 +39,7 @@ func (c *Controller) handleUpdatedPod(oldObj, newObj any) {
 
 // ownStatus reports whether p's status is the one the controller wrote last,
 // coming back through the watch: there is nothing to check (statusEcho).
-func (c *Controller) ownStatus(p *cachedPod) bool {
+func (c *Controller) ownStatus(p *podwire.Pod) bool {
 	own := false
 	c.state.echo(p.Key(), func(e *statusEcho) { own = e.isEcho(p.StatusHash()) })
 	return own
@@ -52,7 +54,7 @@ func (c *Controller) handleDeletedPod(obj any) {
 		c.deleteQueue.Add(t.Key)
 		return
 	}
-	p, ok := obj.(*cachedPod)
+	p, ok := obj.(*podwire.Pod)
 	if !ok {
 		return
 	}

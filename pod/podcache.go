@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // podCache reads the cachedPods of one node from its informer's cache, or from
@@ -16,8 +18,8 @@ type podCache struct {
 	node string
 }
 
-// getCached returns the cachedPod of namespace/name, or a NotFound error.
-func (pc podCache) getCached(namespace, name string) (*cachedPod, error) {
+// getCached returns the podwire.Pod of namespace/name, or a NotFound error.
+func (pc podCache) getCached(namespace, name string) (*podwire.Pod, error) {
 	obj, exists, err := pc.indexer.GetByKey(namespace + "/" + name)
 	if err != nil {
 		return nil, err
@@ -25,7 +27,7 @@ func (pc podCache) getCached(namespace, name string) (*cachedPod, error) {
 	if !exists {
 		return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
 	}
-	cp, ok := obj.(*cachedPod)
+	cp, ok := obj.(*podwire.Pod)
 	if !ok {
 		return nil, fmt.Errorf("pod cache holds a %T for %s/%s", obj, namespace, name)
 	}
@@ -35,9 +37,9 @@ func (pc podCache) getCached(namespace, name string) (*cachedPod, error) {
 	return cp, nil
 }
 
-// get returns the decoded pod namespace/name and its cachedPod, or a NotFound
+// get returns the decoded pod namespace/name and its podwire.Pod, or a NotFound
 // error. The pod is the caller's own copy.
-func (pc podCache) get(namespace, name string) (*corev1.Pod, *cachedPod, error) {
+func (pc podCache) get(namespace, name string) (*corev1.Pod, *podwire.Pod, error) {
 	cp, err := pc.getCached(namespace, name)
 	if err != nil {
 		return nil, nil, err
@@ -46,17 +48,17 @@ func (pc podCache) get(namespace, name string) (*corev1.Pod, *cachedPod, error) 
 	return p, cp, err
 }
 
-// list returns every cachedPod.
-func (pc podCache) list() []*cachedPod {
+// list returns every podwire.Pod.
+func (pc podCache) list() []*podwire.Pod {
 	var objs []any
 	if pc.node != "" {
 		objs, _ = pc.indexer.ByIndex(byNode, pc.node)
 	} else {
 		objs = pc.indexer.List()
 	}
-	out := make([]*cachedPod, 0, len(objs))
+	out := make([]*podwire.Pod, 0, len(objs))
 	for _, obj := range objs {
-		if cp, ok := obj.(*cachedPod); ok {
+		if cp, ok := obj.(*podwire.Pod); ok {
 			out = append(out, cp)
 		}
 	}

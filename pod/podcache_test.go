@@ -9,7 +9,7 @@ import (
 )
 
 // undecodable is a copy of c whose pod cannot be decoded.
-func undecodable(c *cachedPod) *cachedPod { return podwire.Undecodable(c) }
+func undecodable(c *podwire.Pod) *podwire.Pod { return podwire.Undecodable(c) }
 
 func TestATombstoneWithoutAnObjectStillStopsThePod(t *testing.T) {
 	f := newFixture(t)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // WatchScope is what a node with a pod watch of its own (a Controller without a
@@ -53,14 +55,14 @@ var boundSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
 
 // nodePodsListWatch returns what the pod informer of node lists and watches
 // with, for scope.
-func nodePodsListWatch(client kubernetes.Interface, raw *rawPods, node string, scope WatchScope, logger *slog.Logger) (cache.ListerWatcher, error) {
-	own := podsListWatch(client, raw, fields.OneTermEqualSelector("spec.nodeName", node).String())
+func nodePodsListWatch(client kubernetes.Interface, raw *podwire.Client, node string, scope WatchScope, logger *slog.Logger) (cache.ListerWatcher, error) {
+	own := podwire.ListWatch(client, raw, fields.OneTermEqualSelector("spec.nodeName", node).String())
 	switch scope {
 	case "", WatchNodePods:
 		return own, nil
 	case WatchBoundPods, WatchAuto:
 		return &boundPodsListWatch{own: cache.ToListerWatcherWithContext(own),
-			bound: cache.ToListerWatcherWithContext(podsListWatch(client, raw, boundSelector)),
+			bound: cache.ToListerWatcherWithContext(podwire.ListWatch(client, raw, boundSelector)),
 			node:  node, narrowIfRefused: scope == WatchAuto, logger: logger}, nil
 	}
 	return nil, fmt.Errorf("unknown pod watch scope %q (want %q, %q or %q)", scope, WatchNodePods, WatchBoundPods, WatchAuto)
@@ -129,7 +131,7 @@ func (lw *boundPodsListWatch) keep(e watch.Event) (watch.Event, bool) {
 // boundNode is the node a pod read encoded or decoded is bound to.
 func boundNode(obj runtime.Object) (string, bool) {
 	switch p := obj.(type) {
-	case *rawPod:
+	case *podwire.RawPod:
 		return p.NodeName(), true
 	case *corev1.Pod:
 		return p.Spec.NodeName, true

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // recordingListWatch answers with fake watches and counts its calls.
@@ -55,13 +57,13 @@ func podOn(name, node string) *corev1.Pod {
 }
 
 // rawPodOn is podOn as the pod watch reads it, encoded.
-func rawPodOn(t *testing.T, name, node string) *rawPod {
+func rawPodOn(t *testing.T, name, node string) *podwire.RawPod {
 	t.Helper()
 	b, err := podOn(name, node).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rawPod{}
+	p := &podwire.RawPod{}
 	if err := p.Unmarshal(b); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func TestABoundPodsWatchPassesOnTheNodesEventsOnly(t *testing.T) {
 // nameOf is a pod's name, or a Status's reason.
 func nameOf(obj runtime.Object) string {
 	switch o := obj.(type) {
-	case *rawPod:
+	case *podwire.RawPod:
 		return o.Name
 	case *corev1.Pod:
 		return o.Name

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/internal/wire/statuspatch"
 )
 
 const lbGate corev1.PodConditionType = "example.com/load-balancer"
@@ -81,7 +83,7 @@ func TestAGatedPodsStatusIsStable(t *testing.T) {
 	gates := []corev1.PodReadinessGate{{ConditionType: lbGate}}
 	first := mergeStatus(corev1.PodStatus{}, readyFromProvider(corev1.ConditionTrue), statusSpec{gates: gates})
 	again := mergeStatus(first, readyFromProvider(corev1.ConditionTrue), statusSpec{gates: gates})
-	if patch, err := statusPatch("uid", &first, &again); err != nil || patch != nil {
+	if patch, err := statuspatch.Build("uid", &first, &again); err != nil || patch != nil {
 		t.Errorf("second check patches %s (%v); want nothing", patch, err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // reconcileProvider runs once before the workers start: it learns which pods the
@@ -40,7 +42,7 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 		}
 		// What the provider runs is what it was last given, as far as the sync
 		// handler's comparison with the API pod goes.
-		last, cerr := compact(pp)
+		last, cerr := podwire.Compact(pp)
 		if cerr != nil {
 			// Without it the first sync calls UpdatePod, which is harmless.
 			c.log.Warn("cannot keep the provider's view of a pod", "pod", key, "error", cerr)

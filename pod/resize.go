@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -48,7 +49,7 @@ func (c *Controller) resizesInPlace() bool {
 // cached (api its status in the API, which has no containers: withStatus) to
 // report: nil while the API's status says them already, or for a provider
 // that does not resize in place.
-func (c *Controller) resourcesInEffect(st podState, cached *cachedPod, api *corev1.PodStatus) (*corev1.PodSpec, error) {
+func (c *Controller) resourcesInEffect(st podState, cached *podwire.Pod, api *corev1.PodStatus) (*corev1.PodSpec, error) {
 	if !c.resizesInPlace() {
 		return nil, nil
 	}

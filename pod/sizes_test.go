@@ -5,10 +5,10 @@ import (
 	"unsafe"
 )
 
-// A node keeps a podState and a cachedPod for each of its pods, so their size
+// A node keeps a podState and a podwire.Pod for each of its pods, so their size
 // classes (96 and 128 bytes) are part of the memory per pod that `vkubelet
 // bench` measures; a field added or moved carelessly puts every pod in the
-// next class up. (The cachedPod's: podwire.TestAPodFitsItsSizeClass.)
+// next class up. (The podwire.Pod's: podwire.TestAPodFitsItsSizeClass.)
 func TestAPodsStateFitsItsSizeClass(t *testing.T) {
 	if got := unsafe.Sizeof(podState{}); got > 96 {
 		t.Errorf("a podState takes %d bytes, more than its 96-byte size class", got)

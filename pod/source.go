@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vkubelet/vkubelet/internal/informerutil"
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // Source is one pod watch for all the nodes of a process. A process that runs a
@@ -29,7 +30,7 @@ type Source struct {
 	// rawPods is what the Source reads with, if not client-go's fakes; a
 	// Controller with the same client shares it (a REST client of its own
 	// costs a node about a KiB).
-	rawPods *rawPods
+	rawPods *podwire.Client
 	// router hands each node's events to its Controller.
 	router *informerutil.Router
 }
@@ -40,9 +41,9 @@ const byNode = "node"
 // NewSource builds the watch of pods bound to any node; nothing runs until Run.
 // resync re-delivers every pod to its node's Controller this often (0: never).
 func NewSource(client kubernetes.Interface, resync time.Duration) (*Source, error) {
-	raw := rawPodsOf(client)
-	informer := podInformer(podsListWatch(client, raw, boundSelector), raw, resync, cache.Indexers{byNode: nodeIndex})
-	if err := informer.SetTransform(compactTransformOf(informer.GetIndexer())); err != nil {
+	raw, _ := podwire.NewClient(client)
+	informer := podwire.NewInformer(podwire.ListWatch(client, raw, boundSelector), raw, resync, cache.Indexers{byNode: nodeIndex})
+	if err := informer.SetTransform(podwire.TransformOf(informer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod source: %w", err)
 	}
 	s := &Source{informer: informer, router: informerutil.NewRouter(podNode), rawPods: raw}
@@ -57,19 +58,19 @@ func (s *Source) Run(ctx context.Context) { s.informer.RunWithContext(ctx) }
 
 // nodeIndex is the byNode index function.
 func nodeIndex(obj any) ([]string, error) {
-	if p, ok := obj.(*cachedPod); ok {
+	if p, ok := obj.(*podwire.Pod); ok {
 		return []string{p.NodeName}, nil
 	}
 	return nil, nil
 }
 
-// podNode is the node a cachedPod is bound to. A tombstone carries the last
-// cachedPod the informer had, which names it.
+// podNode is the node a podwire.Pod is bound to. A tombstone carries the last
+// podwire.Pod the informer had, which names it.
 func podNode(obj any) (string, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	p, ok := obj.(*cachedPod)
+	p, ok := obj.(*podwire.Pod)
 	if !ok {
 		return "", false
 	}

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // A status check that runs before the controller's last write has come back
@@ -92,9 +94,9 @@ func TestAStatusCheckedBeforeTheLastWriteCameBackIsCheckedAgain(t *testing.T) {
 	}
 }
 
-func mustCompact(t *testing.T, p *corev1.Pod) *cachedPod {
+func mustCompact(t *testing.T, p *corev1.Pod) *podwire.Pod {
 	t.Helper()
-	cp, err := compact(p)
+	cp, err := podwire.Compact(p)
 	if err != nil {
 		t.Fatal(err)
 	}

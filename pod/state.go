@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 // podState is what the controller remembers about one pod key (namespace/name)
@@ -20,7 +22,7 @@ type podState struct {
 	// provider at start), or a later API object that differs from it in nothing
 	// updatable. The sync handler compares the API pod with it to decide on
 	// UpdatePod, and DeletePod is called with it once the API object is gone.
-	lastPod *cachedPod
+	lastPod *podwire.Pod
 	// notified is the latest status pushed by a PodNotifier for providerUID, until
 	// it is written to the API.
 	notified *corev1.PodStatus

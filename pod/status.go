@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
+	"github.com/vkubelet/vkubelet/internal/wire/statuspatch"
 )
 
 // statusHandler brings the API's status of a pod up to the provider's.
@@ -120,7 +122,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 // stoppedByNode reports whether the pod behind cached is one the node ended
 // itself while the provider still had it (stopAtDeadline): its status is still
 // checked, for its containers' last states, though it is terminal.
-func stoppedByNode(st podState, cached *cachedPod) bool {
+func stoppedByNode(st podState, cached *podwire.Pod) bool {
 	return cached.Terminal() && st.providerUID == cached.UID && st.deleteRequested && cached.DeletionTimestamp == nil
 }
 
@@ -142,7 +144,7 @@ func stoppedByNode(st podState, cached *cachedPod) bool {
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
 	key := keyOf(p)
 	desired := desiredStatus(p, fromProvider, c.state.resizeOf(key), running, metav1.NewTime(c.clock.Now()))
-	patch, err := statusPatch(p.UID, &p.Status, &desired)
+	patch, err := statuspatch.Build(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err
 	}
@@ -180,7 +182,7 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 // brings the pod anyway, and decoding it took a tenth of the node's CPU per pod
 // start, vkubelet bench), nor copied: read into a reused buffer
 // (internal/wire/apiwire), its encoding gives the fingerprint of the status stored
-// (cachedPod's StatusHash), which patchStatus returns; 0 if not known.
+// (podwire.Pod's StatusHash), which patchStatus returns; 0 if not known.
 func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {
 	if c.rawPods != nil {
 		return c.rawPods.PatchStatus(ctx, namespace, name, patch)
@@ -212,7 +214,7 @@ func (c *Controller) patchStatus(ctx context.Context, namespace, name string, pa
 // It lives in the pod's podState, so the controller forgets it with the pod;
 // its methods are called with the state store's lock held (stateStore.echo).
 type statusEcho struct {
-	// written is the fingerprint (cachedPod's StatusHash) of the status last
+	// written is the fingerprint (podwire.Pod's StatusHash) of the status last
 	// written, 0 if unknown.
 	written uint64
 	// writing is set while a write is in flight, updatedWhileWriting once an

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
+
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
 var (
@@ -213,11 +215,11 @@ func TestAStatusChangedBySomeoneElseIsCheckedAgainstTheProvider(t *testing.T) {
 	// The node-lifecycle controller marks the pod not Ready while it cannot reach the node.
 	p := old.DeepCopy()
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
-	changed, err := compact(p)
+	changed, err := podwire.Compact(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, _ := compact(old.DeepCopy())
+	same, _ := podwire.Compact(old.DeepCopy())
 	for f.c.statusQueue.Len() > 0 { // drain what the test's own writes queued
 		k, _ := f.c.statusQueue.Get()
 		f.c.statusQueue.Done(k)

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/resolve"
 )
@@ -143,7 +144,7 @@ func hasStarted(s *corev1.PodStatus) bool {
 // as st.lastPod, changed nothing a sync acts on: the same spec, labels and
 // annotations (specHash), not being deleted, not finished, no ephemeral
 // containers (a sync re-checks those) and no volume refresh due.
-func sameSpec(st podState, cached *cachedPod) bool {
+func sameSpec(st podState, cached *podwire.Pod) bool {
 	return st.lastPod != nil && st.providerUID == cached.UID && !st.volumesStale &&
 		cached.DeletionTimestamp == nil && !cached.Terminal() && !cached.HasEphemeralContainers() &&
 		st.lastPod.SpecHash() == cached.SpecHash()
@@ -154,7 +155,7 @@ func sameSpec(st podState, cached *cachedPod) bool {
 // about. The same cached object is the same pod; otherwise last is decoded and
 // compared, which happens once per change of the API object. Ephemeral containers
 // count only for a provider that runs them.
-func (c *Controller) sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool, error) {
+func (c *Controller) sameUpdatable(last, cached *podwire.Pod, p *corev1.Pod) (bool, error) {
 	if last == nil {
 		return false, nil
 	}
@@ -175,7 +176,7 @@ func (c *Controller) sameUpdatable(last, cached *cachedPod, p *corev1.Pod) (bool
 // createInProvider resolves the pod and hands it to the provider. A pod whose
 // mandatory references are missing is not handed over: it waits, as the kubelet's
 // would, until the resolver reports that what it lacks has appeared.
-func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod) (err error) {
+func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1.Pod, cached *podwire.Pod) (err error) {
 	ctx, sync := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "create")))
 	defer func() { endSpan(sync, err) }()
 	var rp *provider.ResolvedPod
@@ -225,7 +226,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 // resolving provider gets the pod re-resolved, but with the environment it started
 // with: the kubelet does not change the environment of a running container either.
 // Only an ephemeral container added since gets its environment as resolved now.
-func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, cached *cachedPod, st podState) (err error) {
+func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1.Pod, cached *podwire.Pod, st podState) (err error) {
 	ctx, sync := c.startSpan(ctx, spanSync, key, trace.WithAttributes(attribute.String("vkubelet.action", "update")))
 	defer func() { endSpan(sync, err) }()
 	var rp *provider.ResolvedPod
