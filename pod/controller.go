@@ -40,7 +40,7 @@ type Config struct {
 	// they bound the rate of status writes to StatusWorkers divided by the
 	// server's latency. With 20 of them a loaded server answering in 60 ms held
 	// pods 5.5 s in the status queue and the node at 84% of the server's own
-	// rate (vkubelet bench, 10,000 pods); see docs/PERFORMANCE.md.
+	// rate (vkubeletctl bench, 10,000 pods); see docs/PERFORMANCE.md.
 	StatusWorkers int
 	// StatusPollInterval is how often pod statuses are read from a provider that does
 	// not implement provider.PodNotifier, and how often a deleting pod is checked.

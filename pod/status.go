@@ -180,7 +180,7 @@ func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvide
 // patchStatus sends a strategic-merge patch to the status subresource of a pod.
 // The API server answers with the whole pod, which is not decoded (the informer
 // brings the pod anyway, and decoding it took a tenth of the node's CPU per pod
-// start, vkubelet bench), nor copied: read into a reused buffer
+// start, vkubeletctl bench), nor copied: read into a reused buffer
 // (internal/wire/apiwire), its encoding gives the fingerprint of the status stored
 // (podwire.Pod's StatusHash), which patchStatus returns; 0 if not known.
 func (c *Controller) patchStatus(ctx context.Context, namespace, name string, patch []byte) (uint64, error) {

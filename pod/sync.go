@@ -215,7 +215,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	})
 	c.log.Debug("pod created in provider", "pod", key)
 	// No Event for a successful start: the status write that follows says it, and an
-	// Event per pod would double the API writes of every pod start (vkubelet bench).
+	// Event per pod would double the API writes of every pod start (vkubeletctl bench).
 	if c.notifier == nil {
 		c.statusQueue.Add(key) // read the first status now, not at the next poll
 	}

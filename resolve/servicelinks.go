@@ -83,7 +83,7 @@ type serviceEnvSharer interface {
 // serviceEnvMemo shares the service variables between the pods of a namespace:
 // they are the same for every pod there until a Service changes, and a node with
 // thousands of pods would otherwise keep thousands of copies of their strings
-// (vkubelet bench). The lists it returns are read, never changed.
+// (vkubeletctl bench). The lists it returns are read, never changed.
 type serviceEnvMemo struct {
 	mu sync.Mutex
 	m  map[string]*memoEntry

@@ -1,6 +1,6 @@
 // Package agent wires a virtual node together: API client, provider, node
 // controller, pod controller and the agent's own metrics endpoint. It is the only
-// package besides the CLI that knows every other one; `vkubelet` and `vkubelet up`
+// package besides the commands that knows every other one; `vkubelet` and `vkubeletctl up`
 // call Run.
 package agent
 

@@ -27,7 +27,7 @@ func apiClientConfig(base *rest.Config, cfg Config, apiRequests *prometheus.Coun
 	// Protobuf by default, as the kubelet: the API server encodes the node's watch
 	// events and the answers to its writes in it, and the node decodes them, at a
 	// fraction of JSON's cost (with JSON the agent took 19.9 CPU seconds instead of
-	// 11.2 for 10,000 pods; vkubelet bench, docs/PERFORMANCE.md).
+	// 11.2 for 10,000 pods; vkubeletctl bench, docs/PERFORMANCE.md).
 	ct := cfg.KubeAPIContentType
 	switch ct {
 	case "":

@@ -8,7 +8,7 @@ import (
 )
 
 // apiRequests counts the agent's requests to the API server by verb and resource,
-// so that writes per pod can be measured (vkubelet bench reads it).
+// so that writes per pod can be measured (vkubeletctl bench reads it).
 var apiRequestsOpts = prometheus.CounterOpts{
 	Namespace: "vkubelet", Name: "api_requests_total",
 	Help: "Requests of the node agent to the API server, by HTTP method, resource (and subresource) and whether it was a watch or a list streamed as one.",

@@ -50,7 +50,7 @@ type Config struct {
 	StartupTimeout     time.Duration
 	ClusterDomain      string
 	// MetricsAddr is a loopback address serving the agent's metrics and profiles
-	// without authentication, for local debugging and vkubelet bench; "" disables
+	// without authentication, for local debugging and vkubeletctl bench; "" disables
 	// it. Elsewhere /metrics is scraped on the kubelet port, authorized as
 	// nodes/metrics.
 	MetricsAddr string

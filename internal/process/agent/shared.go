@@ -169,7 +169,7 @@ func checkShared(cfg Config) error {
 
 // ServeDebug serves the metrics (those each node's kubelet port serves too) and
 // the process's profiles on addr, a loopback address, until ctx ends:
-// --metrics-addr of a NodeSet, for local debugging and vkubelet bench.
+// --metrics-addr of a NodeSet, for local debugging and vkubeletctl bench.
 func (s *Shared) ServeDebug(ctx context.Context, addr string) error {
 	if err := checkLoopback(addr); err != nil {
 		return err

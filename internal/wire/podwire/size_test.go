@@ -6,7 +6,7 @@ import (
 )
 
 // A node keeps a Pod for each of its pods, so its size class (128 bytes) is
-// part of the memory per pod that `vkubelet bench` measures; a field added or
+// part of the memory per pod that `vkubeletctl bench` measures; a field added or
 // moved carelessly puts every pod in the next class up.
 func TestAPodFitsItsSizeClass(t *testing.T) {
 	if got := unsafe.Sizeof(Pod{}); got > 128 {

@@ -6,7 +6,7 @@
 //
 // The registry also stands in for Docker Hub's library/busybox, so that
 // `kubectl run x --image=busybox` works on a machine without internet access: the
-// tests and `vkubelet up --provider cri` use it. It needs root, containerd, runc,
+// tests and `vkubeletctl up --provider cri` use it. It needs root, containerd, runc,
 // busybox-static and the CNI plugins, which scripts/setup.sh installs; Start reports
 // which one is missing.
 package crienv

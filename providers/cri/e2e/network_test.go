@@ -26,7 +26,7 @@ import (
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
-// startNetworkedNode starts a CRI node as `vkubelet up --provider cri` does: its
+// startNetworkedNode starts a CRI node as `vkubeletctl up --provider cri` does: its
 // containerd, pods, kube-proxy and CoreDNS in a network namespace of their own, its
 // pods given the cluster DNS.
 func startNetworkedNode(t *testing.T, name string) (*crienv.Env, *netns.Link, *clusternet.Network) {
