@@ -22,6 +22,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // The interfaces of the provider contract the CRI provider implements.
@@ -160,11 +161,8 @@ func (p *Provider) logsDir() string              { return filepath.Join(p.cfg.Ro
 func (p *Provider) podDir(uid types.UID) string  { return filepath.Join(p.podsDir(), string(uid)) }
 func (p *Provider) podFile(uid types.UID) string { return filepath.Join(p.podDir(uid), "pod.json") }
 
-func podKey(namespace, name string) string { return namespace + "/" + name }
-
-func notFound(namespace, name string) error {
-	return errdefs.NotFound("cri: pod %s/%s not found", namespace, name)
-}
+// podKey is providerutil.PodKey under the name sync.go calls it by.
+var podKey = providerutil.PodKey
 
 // savedPod is what pod.json holds: enough to run the pod again after a restart.
 type savedPod struct {
@@ -226,7 +224,7 @@ func (p *Provider) recover(ctx context.Context) error {
 			err = json.Unmarshal(data, &saved)
 		}
 		if err != nil || saved.Pod == nil {
-			p.log.Warn("removing a sandbox whose pod is unknown", "sandbox", sb.Id, "pod", podKey(sb.GetMetadata().GetNamespace(), sb.GetMetadata().GetName()), "err", err)
+			p.log.Warn("removing a sandbox whose pod is unknown", "sandbox", sb.Id, "pod", providerutil.PodKey(sb.GetMetadata().GetNamespace(), sb.GetMetadata().GetName()), "err", err)
 			stale = append(stale, sb)
 			for _, id := range older[uid] {
 				stale = append(stale, &runtimeapi.PodSandbox{Id: id})
@@ -355,7 +353,7 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 		return err
 	}
 	rp = copyResolved(rp)
-	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
+	key := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	if old, ok := p.pods[key]; ok {
 		p.mu.Unlock()
@@ -387,12 +385,12 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // whose resources changed is resized in place first (resize.go), and the pod is
 // stored only once it is.
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
-	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
+	key := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	rec, ok := p.pods[key]
 	p.mu.Unlock()
 	if !ok || rec.uid != rp.Pod.UID {
-		return notFound(rp.Pod.Namespace, rp.Pod.Name)
+		return providerutil.PodNotFound("cri", rp.Pod.Namespace, rp.Pod.Name)
 	}
 	if err := p.validate(rp.Pod); err != nil {
 		return err
@@ -421,12 +419,12 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // UpdatePodVolumes writes the new contents of the pod's configMap, secret,
 // downwardAPI and projected volumes; running containers see them at once.
 func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
-	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
+	key := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	rec, ok := p.pods[key]
 	if !ok || rec.uid != rp.Pod.UID {
 		p.mu.Unlock()
-		return notFound(rp.Pod.Namespace, rp.Pod.Name)
+		return providerutil.PodNotFound("cri", rp.Pod.Namespace, rp.Pod.Name)
 	}
 	rec.volumes = copyResolved(rp).Volumes
 	pod, env, creds, vols := rec.pod, rec.env, rec.creds, rec.volumes
@@ -440,10 +438,10 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 // DeletePod asks the pod's goroutine to stop it within its grace period and returns.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
-	rec, ok := p.pods[podKey(pod.Namespace, pod.Name)]
+	rec, ok := p.pods[providerutil.PodKey(pod.Namespace, pod.Name)]
 	p.mu.Unlock()
 	if !ok || (pod.UID != "" && rec.uid != pod.UID) {
-		return notFound(pod.Namespace, pod.Name)
+		return providerutil.PodNotFound("cri", pod.Namespace, pod.Name)
 	}
 	p.requestDelete(rec, provider.GracePeriod(pod))
 	return nil
@@ -465,9 +463,9 @@ func (p *Provider) requestDelete(rec *podRecord, grace time.Duration) {
 func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec, ok := p.pods[podKey(namespace, name)]
+	rec, ok := p.pods[providerutil.PodKey(namespace, name)]
 	if !ok {
-		return nil, notFound(namespace, name)
+		return nil, providerutil.PodNotFound("cri", namespace, name)
 	}
 	return rec.podLocked(), nil
 }
@@ -476,9 +474,9 @@ func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.
 func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec, ok := p.pods[podKey(namespace, name)]
+	rec, ok := p.pods[providerutil.PodKey(namespace, name)]
 	if !ok {
-		return nil, notFound(namespace, name)
+		return nil, providerutil.PodNotFound("cri", namespace, name)
 	}
 	return rec.status.DeepCopy(), nil
 }
@@ -503,7 +501,7 @@ func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 
 // validate refuses pods the provider can never run.
 func (p *Provider) validate(pod *corev1.Pod) error {
-	key := podKey(pod.Namespace, pod.Name)
+	key := providerutil.PodKey(pod.Namespace, pod.Name)
 	if pod.UID == "" {
 		return errdefs.InvalidInput("cri: pod %s has no UID", key)
 	}

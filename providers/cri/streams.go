@@ -26,9 +26,9 @@ import (
 func (p *Provider) runningContainerID(namespace, name, container string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec, ok := p.pods[podKey(namespace, name)]
+	rec, ok := p.pods[providerutil.PodKey(namespace, name)]
 	if !ok {
-		return "", notFound(namespace, name)
+		return "", providerutil.PodNotFound("cri", namespace, name)
 	}
 	ids, ok := rec.ctrIDs[container]
 	if !ok || ids[0] == "" {
@@ -53,9 +53,9 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil && !attach.TTY(),
 	})
 	if err != nil {
-		return errContext(podKey(namespace, name), fmt.Errorf("exec in %s: %w", container, err))
+		return errContext(providerutil.PodKey(namespace, name), fmt.Errorf("exec in %s: %w", container, err))
 	}
-	return errContext(podKey(namespace, name), stream(ctx, resp.Url, attach))
+	return errContext(providerutil.PodKey(namespace, name), stream(ctx, resp.Url, attach))
 }
 
 // AttachToContainer attaches to the container's main process.
@@ -69,9 +69,9 @@ func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, conta
 		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil && !attach.TTY(),
 	})
 	if err != nil {
-		return errContext(podKey(namespace, name), fmt.Errorf("attach to %s: %w", container, err))
+		return errContext(providerutil.PodKey(namespace, name), fmt.Errorf("attach to %s: %w", container, err))
 	}
-	return errContext(podKey(namespace, name), stream(ctx, resp.Url, attach))
+	return errContext(providerutil.PodKey(namespace, name), stream(ctx, resp.Url, attach))
 }
 
 // stream connects attach to a remotecommand streaming URL of the runtime.
@@ -90,7 +90,7 @@ func stream(ctx context.Context, rawURL string, attach provider.AttachIO) error 
 // PortForward copies bytes between stream and port inside the pod's network
 // namespace, through the runtime's port-forward streaming endpoint.
 func (p *Provider) PortForward(ctx context.Context, namespace, name string, port int32, s io.ReadWriteCloser) error {
-	key := podKey(namespace, name)
+	key := providerutil.PodKey(namespace, name)
 	p.mu.Lock()
 	rec, ok := p.pods[key]
 	var sandbox string
@@ -99,7 +99,7 @@ func (p *Provider) PortForward(ctx context.Context, namespace, name string, port
 	}
 	p.mu.Unlock()
 	if !ok {
-		return notFound(namespace, name)
+		return providerutil.PodNotFound("cri", namespace, name)
 	}
 	if sandbox == "" {
 		return errdefs.InvalidInput("cri: pod %s has no sandbox yet", key)

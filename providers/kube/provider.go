@@ -195,7 +195,7 @@ func (p *Provider) synced(ctx context.Context) error {
 
 // cached returns our target pod of source pod ns/name from the informer, or nil.
 func (p *Provider) cached(ns, name string) *corev1.Pod {
-	objs, _ := p.pods.GetIndexer().ByIndex(originIndex, podKey(ns, name))
+	objs, _ := p.pods.GetIndexer().ByIndex(originIndex, providerutil.PodKey(ns, name))
 	for _, o := range objs {
 		if t, ok := o.(*corev1.Pod); ok {
 			return t
@@ -220,7 +220,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 // idempotent by source UID.
 func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
-	key := podKey(src.Namespace, src.Name)
+	key := providerutil.PodKey(src.Namespace, src.Name)
 	p.remember(key, rp)
 	if err := p.create(ctx, rp); err != nil {
 		return fmt.Errorf("offloading pod %s: %w", key, err)
@@ -402,7 +402,7 @@ func ensure[T interface {
 // deadline and (unless stripped) tolerations to the target pod.
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
-	key := podKey(src.Namespace, src.Name)
+	key := providerutil.PodKey(src.Namespace, src.Name)
 	p.mu.Lock()
 	var last *corev1.Pod
 	if r := p.records[key]; r != nil && r.uid == src.UID && r.rp != nil {
@@ -457,7 +457,7 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // UpdatePodVolumes rewrites the volume copies of the pod with the new files.
 func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
-	key := podKey(src.Namespace, src.Name)
+	key := providerutil.PodKey(src.Namespace, src.Name)
 	t, err := p.ownTarget(ctx, src)
 	if err != nil {
 		return err
@@ -482,7 +482,7 @@ func (p *Provider) ownTarget(ctx context.Context, src *corev1.Pod) (*corev1.Pod,
 	ns := p.m.targetNamespace(src.Namespace)
 	t, err := p.client.CoreV1().Pods(ns).Get(ctx, src.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && (p.m.originKey(t) == "" || t.Labels[LabelOriginUID] != string(src.UID))) {
-		return nil, errdefs.NotFound("pod %s has no pod in the target cluster", describe(src))
+		return nil, noTarget(describe(src))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading target pod of %s: %w", describe(src), err)
@@ -493,7 +493,7 @@ func (p *Provider) ownTarget(ctx context.Context, src *corev1.Pod) (*corev1.Pod,
 // DeletePod deletes the target pod with the source pod's grace period; the
 // garbage collector of the target then removes its copies.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	key := podKey(pod.Namespace, pod.Name)
+	key := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	r := p.records[key]
 	if r == nil || r.uid != pod.UID {
@@ -521,7 +521,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		p.forgetDeleted(key, pod.UID)
-		return errdefs.NotFound("pod %s has no pod in the target cluster", key)
+		return noTarget(key)
 	}
 	if err != nil {
 		return fmt.Errorf("deleting target pod of %s: %w", key, err)
@@ -540,7 +540,7 @@ func (p *Provider) forgetDeleted(key string, uid types.UID) {
 
 // GetPod returns the source pod with the status of its target pod.
 func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	key := podKey(namespace, name)
+	key := providerutil.PodKey(namespace, name)
 	p.mu.Lock()
 	r := p.records[key]
 	var last *corev1.Pod
@@ -555,7 +555,7 @@ func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.
 		return p.m.sourcePod(t, last), nil
 	}
 	if last == nil {
-		return nil, errdefs.NotFound("pod %s has no pod in the target cluster", key)
+		return nil, noTarget(key)
 	}
 	st, err := p.GetPodStatus(ctx, namespace, name)
 	if err != nil {
@@ -574,10 +574,10 @@ func (p *Provider) GetPodStatus(_ context.Context, namespace, name string) (*cor
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.records[podKey(namespace, name)]
+	r := p.records[providerutil.PodKey(namespace, name)]
 	switch {
 	case r == nil || r.deleting || r.rp == nil:
-		return nil, errdefs.NotFound("pod %s/%s has no pod in the target cluster", namespace, name)
+		return nil, noTarget(providerutil.PodKey(namespace, name))
 	case r.lost != nil:
 		return r.lost.DeepCopy(), nil
 	default:

@@ -22,6 +22,7 @@ import (
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // fixture is a provider on a fake target clientset.
@@ -83,7 +84,7 @@ func (f *fixture) lastEvent(key string) *corev1.Pod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := len(f.events) - 1; i >= 0; i-- {
-		if podKey(f.events[i].Namespace, f.events[i].Name) == key {
+		if providerutil.PodKey(f.events[i].Namespace, f.events[i].Name) == key {
 			return f.events[i]
 		}
 	}

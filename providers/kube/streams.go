@@ -26,7 +26,7 @@ import (
 func (p *Provider) target(ns, name string) (*corev1.Pod, error) {
 	t := p.cached(ns, name)
 	if t == nil {
-		return nil, errdefs.NotFound("pod %s/%s has no pod in the target cluster", ns, name)
+		return nil, noTarget(providerutil.PodKey(ns, name))
 	}
 	return t, nil
 }

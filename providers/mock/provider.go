@@ -21,6 +21,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/compact/podpack"
 	"github.com/vkubelet/vkubelet/internal/compact/unixtime"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // The interfaces of the provider contract the mock implements.
@@ -262,8 +263,6 @@ func (r *podRecord) podAt(now time.Time) *corev1.Pod {
 	return pod
 }
 
-func podKey(namespace, name string) string { return namespace + "/" + name }
-
 // countsKept is how long the call counts of a pod (CreateCount, DeleteCalls,
 // UpdateCalls, VolumeUpdateCalls) outlive it: long enough for a test to see a
 // pod created again after it stopped, and bounded, as a mock node that runs
@@ -308,10 +307,6 @@ func (p *Provider) goneLocked(uid types.UID, key string, now time.Time) {
 		}
 	}
 	p.gone = p.gone[n:] // the array is given back as append outgrows it
-}
-
-func notFound(namespace, name string) error {
-	return errdefs.NotFound("mock: pod %s/%s not found", namespace, name)
 }
 
 // lookupLocked returns the record of a pod that exists at now, or nil. A pod found
@@ -382,7 +377,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 	if err := p.injectFailure("create", pod); err != nil {
 		return err
 	}
-	key := podKey(pod.Namespace, pod.Name)
+	key := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	now := p.clock.Now()
 	if old := p.lookupLocked(key, now); old != nil && old.uid == pod.UID {
@@ -441,13 +436,13 @@ func (p *Provider) updatePod(ctx context.Context, pod *corev1.Pod, resolution *k
 	if err := p.injectFailure("update", pod); err != nil {
 		return err
 	}
-	key := podKey(pod.Namespace, pod.Name)
+	key := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	now := p.clock.Now()
 	old := p.lookupLocked(key, now)
 	if old == nil || old.uid != pod.UID {
 		p.mu.Unlock()
-		return notFound(pod.Namespace, pod.Name)
+		return providerutil.PodNotFound("mock", pod.Namespace, pod.Name)
 	}
 	rec := *old
 	if err := rec.setPod(pod); err != nil {
@@ -482,7 +477,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 
-	key := podKey(pod.Namespace, pod.Name)
+	key := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	now := p.clock.Now()
 	old := p.lookupLocked(key, now)
@@ -494,7 +489,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		if err := p.save(); err != nil {
 			return err
 		}
-		return notFound(pod.Namespace, pod.Name)
+		return providerutil.PodNotFound("mock", pod.Namespace, pod.Name)
 	}
 	rec := *old
 	if err := rec.setPod(pod); err != nil {
@@ -524,9 +519,9 @@ func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
-	rec := p.lookupLocked(podKey(namespace, name), now)
+	rec := p.lookupLocked(providerutil.PodKey(namespace, name), now)
 	if rec == nil {
-		return nil, notFound(namespace, name)
+		return nil, providerutil.PodNotFound("mock", namespace, name)
 	}
 	return rec.podAt(now), nil
 }
@@ -540,9 +535,9 @@ func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*c
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
-	rec := p.lookupLocked(podKey(namespace, name), now)
+	rec := p.lookupLocked(providerutil.PodKey(namespace, name), now)
 	if rec == nil {
-		return nil, notFound(namespace, name)
+		return nil, providerutil.PodNotFound("mock", namespace, name)
 	}
 	status := podStatusAt(rec, rec.pod(), now)
 	return &status, nil

@@ -374,7 +374,7 @@ func (c *Client) pollPods(ctx context.Context, notify func(*corev1.Pod)) error {
 		}
 		for _, p := range pods {
 			b, _ := json.Marshal(p.Status)
-			key := p.Namespace + "/" + p.Name
+			key := providerutil.PodKey(p.Namespace, p.Name)
 			if last[key] != string(b) {
 				last[key] = string(b)
 				notify(p)
