@@ -6,14 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -112,43 +108,16 @@ func (p *Provider) PortForward(ctx context.Context, namespace, name string, port
 	if err != nil {
 		return errContext(key, err)
 	}
-	tr, upgrader, err := spdy.RoundTripperFor(&rest.Config{})
-	if err != nil {
-		return errContext(key, err)
-	}
-	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name)
+	conn, err := providerutil.DialPortForward(&rest.Config{}, u)
 	if err != nil {
 		return errContext(key, fmt.Errorf("port-forward: %w", err))
 	}
 	defer conn.Close()
-
-	headers := http.Header{}
-	headers.Set(corev1.StreamType, corev1.StreamTypeError)
-	headers.Set(corev1.PortHeader, strconv.Itoa(int(port)))
-	headers.Set(corev1.PortForwardRequestIDHeader, "0")
-	errStream, err := conn.CreateStream(headers)
-	if err != nil {
-		return errContext(key, err)
-	}
-	_ = errStream.Close() // we never write to it
-	headers.Set(corev1.StreamType, corev1.StreamTypeData)
-	data, err := conn.CreateStream(headers)
+	data, errCh, err := providerutil.PortForwardStreams(conn, port)
 	if err != nil {
 		return errContext(key, err)
 	}
 
-	errCh := make(chan error, 1)
-	go func() {
-		msg, err := io.ReadAll(errStream)
-		switch {
-		case err != nil:
-			errCh <- err
-		case len(msg) > 0:
-			errCh <- fmt.Errorf("port-forward to port %d: %s", port, msg)
-		default:
-			errCh <- nil
-		}
-	}()
 	var once sync.Once
 	done := make(chan struct{})
 	finish := func() { once.Do(func() { close(done) }) }
