@@ -2,10 +2,12 @@ package kube
 
 import (
 	"context"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
@@ -167,10 +169,15 @@ func (p *Provider) onTargetPodDeleted(obj any) {
 	}
 }
 
+// recreateBackoff paces the retries of recreate: from 500ms, doubling, up to 30s;
+// each wait is up to 20% longer at random, so that the pods deleted together
+// (a namespace, a node drained in the target) are not all retried together.
+var recreateBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+
 // recreate creates the target pod of rp again, retrying while the pod is still
 // wanted (not deleted meanwhile).
 func (p *Provider) recreate(key string, rp *provider.ResolvedPod) {
-	backoff := 500 * time.Millisecond
+	backoff := recreateBackoff
 	for {
 		p.mu.Lock()
 		r := p.records[key]
@@ -185,12 +192,14 @@ func (p *Provider) recreate(key string, rp *provider.ResolvedPod) {
 		if err == nil {
 			return
 		}
-		p.log.Warn("re-creating target pod failed; retrying", "pod", key, "error", err, "in", backoff)
+		delay := backoff.Step()
+		p.log.Warn("re-creating target pod failed; retrying", "pod", key, "error", err, "in", delay)
+		t := time.NewTimer(delay)
 		select {
 		case <-p.ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C:
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
