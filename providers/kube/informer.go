@@ -101,14 +101,24 @@ func (p *Provider) callback() func(*corev1.Pod) {
 	return p.notify
 }
 
-// onTargetPod reports a changed target pod as its source pod.
-func (p *Provider) onTargetPod(obj any) {
+// ourTarget returns obj as a target pod of ours and the key of its source pod,
+// or nil if it is not one.
+func (p *Provider) ourTarget(obj any) (*corev1.Pod, string) {
 	t, ok := obj.(*corev1.Pod)
 	if !ok {
-		return
+		return nil, ""
 	}
 	k := p.m.originKey(t)
 	if k == "" {
+		return nil, ""
+	}
+	return t, k
+}
+
+// onTargetPod reports a changed target pod as its source pod.
+func (p *Provider) onTargetPod(obj any) {
+	t, k := p.ourTarget(obj)
+	if t == nil {
 		return
 	}
 	p.mu.Lock()
@@ -129,12 +139,8 @@ func (p *Provider) onTargetPodDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	t, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	k := p.m.originKey(t)
-	if k == "" {
+	t, k := p.ourTarget(obj)
+	if t == nil {
 		return
 	}
 	src := p.m.sourcePod(t, nil)
