@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -121,14 +122,8 @@ func (p *Provider) onTargetPod(obj any) {
 	if t == nil {
 		return
 	}
-	p.mu.Lock()
-	var last *corev1.Pod
-	if r := p.records[k]; r != nil && r.rp != nil && string(r.uid) == t.Labels[LabelOriginUID] {
-		last = r.rp.Pod
-	}
-	p.mu.Unlock()
 	if notify := p.callback(); notify != nil {
-		notify(p.m.sourcePod(t, last))
+		notify(p.m.sourcePod(t, p.lastAsked(k, types.UID(t.Labels[LabelOriginUID]))))
 	}
 }
 

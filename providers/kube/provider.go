@@ -222,18 +222,23 @@ func (p *Provider) create(ctx context.Context, rp *provider.ResolvedPod) error {
 	return p.ensureCopies(ctx, tp.Namespace, src, copies, created)
 }
 
+// lastAsked returns the source pod the provider was last asked to run under key
+// (CreateResolvedPod, UpdateResolvedPod) if it is the pod of that UID, else nil.
+func (p *Provider) lastAsked(key string, uid types.UID) *corev1.Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.records[key]; r != nil && r.rp != nil && r.uid == uid {
+		return r.rp.Pod
+	}
+	return nil
+}
+
 // UpdateResolvedPod applies the source pod's labels, annotations, images, active
 // deadline and (unless stripped) tolerations to the target pod.
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
 	key := providerutil.PodKey(src.Namespace, src.Name)
-	p.mu.Lock()
-	var last *corev1.Pod
-	if r := p.records[key]; r != nil && r.uid == src.UID && r.rp != nil {
-		last = r.rp.Pod
-	}
-	p.mu.Unlock()
-	if last != nil {
+	if last := p.lastAsked(key, src.UID); last != nil {
 		// The target pod keeps the resources it was made with: a resize is
 		// refused, so that the source pod shows it pending, not made.
 		if err := providerutil.RefuseResize("kube", last, src); err != nil {
@@ -419,13 +424,7 @@ func (p *Provider) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 	for _, o := range p.pods.GetStore().List() {
 		t := o.(*corev1.Pod)
 		if k := p.m.originKey(t); k != "" {
-			p.mu.Lock()
-			var last *corev1.Pod
-			if r := p.records[k]; r != nil && r.rp != nil && string(r.uid) == t.Labels[LabelOriginUID] {
-				last = r.rp.Pod
-			}
-			p.mu.Unlock()
-			out = append(out, p.m.sourcePod(t, last))
+			out = append(out, p.m.sourcePod(t, p.lastAsked(k, types.UID(t.Labels[LabelOriginUID]))))
 		}
 	}
 	return out, nil
