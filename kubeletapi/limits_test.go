@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -122,18 +125,14 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 	}
 	// Once one closes, a new one is welcome.
 	open[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.TrueEvery(t, 5*time.Second, 20*time.Millisecond, func() (bool, string) {
 		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		if err == nil {
-			c.Close()
-			break
+		if err != nil {
+			return false, fmt.Sprintf("no connection accepted after one of three closed: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection accepted after one of three closed: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
 	for _, c := range open[1:] {
 		c.Close()
 	}

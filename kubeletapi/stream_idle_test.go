@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/leakcheck"
 	"github.com/vkubelet/vkubelet/provider"
 )
@@ -163,18 +164,6 @@ func openStreamSession(t *testing.T, addr, path string, pingEvery time.Duration)
 	return s
 }
 
-// waitFor returns what ch receives within d, or fails t saying what did not happen.
-func waitFor[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("%s: not within %s", what, d)
-		panic("unreachable")
-	}
-}
-
 var execAndAttach = []struct{ name, path string }{
 	{"exec", "/exec/ns/pod/ctr?command=sh&input=1&output=1"},
 	{"attach", "/attach/ns/pod/ctr?input=1&output=1"},
@@ -196,12 +185,12 @@ func TestStreamIdleTimeoutClosesExecAndAttach(t *testing.T) {
 				before := leakcheck.Take()
 				opened := time.Now()
 				s := openStreamSession(t, addr, route.path, 0)
-				started := waitFor(t, c.started, closeBound, "the provider's session started")
-				closed := waitFor(t, s.closed, testStreamIdle+closeBound, "an idle session closed")
+				started := eventually.Receive(t, c.started, closeBound, "the provider's session started")
+				closed := eventually.Receive(t, s.closed, testStreamIdle+closeBound, "an idle session closed")
 				if idle := closed.Sub(opened); idle < testStreamIdle {
 					t.Errorf("the session closed %s after it was opened, before the idle timeout (%s)", idle, testStreamIdle)
 				}
-				end := waitFor(t, c.ended, closeBound, "the provider's session ended after the client's")
+				end := eventually.Receive(t, c.ended, closeBound, "the provider's session ended after the client's")
 				t.Logf("closed %.2f s after the provider's session started; the provider's side ended at %.2f s: %s",
 					closed.Sub(started).Seconds(), end.at.Sub(started).Seconds(), end.why)
 				s.stdin.Close()
@@ -217,7 +206,7 @@ func TestStreamIdleTimeoutWaitsForTheLastStdinByte(t *testing.T) {
 	c := newSilentContainer(true)
 	addr := servedIdle(t, c)
 	s := openStreamSession(t, addr, execAndAttach[0].path, 0)
-	waitFor(t, c.started, closeBound, "the provider's session started")
+	eventually.Receive(t, c.started, closeBound, "the provider's session started")
 
 	// A byte every keepAliveEvery for three times the idle timeout.
 	var lastWrite time.Time
@@ -242,11 +231,11 @@ func TestStreamIdleTimeoutWaitsForTheLastStdinByte(t *testing.T) {
 	}
 
 	// Then silence: closed one idle timeout after the last byte.
-	closed := waitFor(t, s.closed, testStreamIdle+closeBound, "a session closed once writes stopped")
+	closed := eventually.Receive(t, s.closed, testStreamIdle+closeBound, "a session closed once writes stopped")
 	if idle := closed.Sub(lastWrite); idle < testStreamIdle {
 		t.Errorf("the session closed %s after its last byte, before the idle timeout (%s)", idle, testStreamIdle)
 	}
-	waitFor(t, c.ended, closeBound, "the provider's session ended after the client's")
+	eventually.Receive(t, c.ended, closeBound, "the provider's session ended after the client's")
 	t.Logf("open after %s of writes every %s; closed %.2f s after the last byte", 3*testStreamIdle, keepAliveEvery, closed.Sub(lastWrite).Seconds())
 }
 
@@ -259,7 +248,7 @@ func TestStreamIdleTimeoutCountsSPDYPingsAsTraffic(t *testing.T) {
 	c := newSilentContainer(true)
 	addr := servedIdle(t, c)
 	s := openStreamSession(t, addr, execAndAttach[0].path, keepAliveEvery)
-	waitFor(t, c.started, closeBound, "the provider's session started")
+	eventually.Receive(t, c.started, closeBound, "the provider's session started")
 	select {
 	case <-s.closed:
 		t.Fatalf("a session whose client pings every %s closed within %s (idle timeout %s)", keepAliveEvery, 3*testStreamIdle, testStreamIdle)
@@ -310,7 +299,7 @@ func TestStreamIdleTimeoutClosesPortForward(t *testing.T) {
 						t.Fatalf("creating the %s stream: %v", typ, err)
 					}
 				}
-				started = waitFor(t, c.started, closeBound, "the provider's port-forward started")
+				started = eventually.Receive(t, c.started, closeBound, "the provider's port-forward started")
 				since = "the provider's port-forward started"
 			}
 			select {
@@ -324,7 +313,7 @@ func TestStreamIdleTimeoutClosesPortForward(t *testing.T) {
 			}
 			why := "no provider session"
 			if tc.forward {
-				why = waitFor(t, c.ended, closeBound, "the provider's port-forward ended after the connection").why
+				why = eventually.Receive(t, c.ended, closeBound, "the provider's port-forward ended after the connection").why
 			}
 			t.Logf("closed %.2f s after %s; %s", closed.Sub(started).Seconds(), since, why)
 			conn.Close()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -480,19 +482,12 @@ func TestResolversSharingCachesWatchAReferencedObjectOnce(t *testing.T) {
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "slow"}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.TrueEvery(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
 		mu.Lock()
 		got := fmt.Sprint(changed["node-a"], changed["node-b"])
 		mu.Unlock()
-		if got == "[ns/on-a] [ns/on-b]" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the ConfigMap changed, the nodes were told %s, want [ns/on-a] [ns/on-b]", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == "[ns/on-a] [ns/on-b]", fmt.Sprintf("after the ConfigMap changed, the nodes were told %s, want [ns/on-a] [ns/on-b]", got)
+	})
 	a.Release("ns/on-a")
 	if n := running(); n != 4 {
 		t.Errorf("%d informers while node b's pod still references them, want 4", n)

@@ -2,25 +2,25 @@ package informerutil
 
 import (
 	"context"
-	"math/rand/v2"
+	"math"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/watchlist"
 )
 
-// Retry intervals of a ListerWatcher made by RetryWhileUnavailable: short and
-// capped, so that a node sees its pods again within about a second of the API
-// server's return.
-const (
-	unavailableRetryFirst = 100 * time.Millisecond
-	unavailableRetryCap   = time.Second
-)
+// unavailableBackoff paces the retries of a ListerWatcher made by
+// RetryWhileUnavailable: short and capped (from 100ms, doubling, up to 1s), so
+// that a node sees its pods again within about a second and a half of the API
+// server's return; each wait is up to 50% longer at random, so that the informers
+// of many nodes do not knock in step.
+var unavailableBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second, Steps: math.MaxInt32}
 
 // RetryWhileUnavailable wraps lw so that a list or watch the API server cannot take
 // right now — refused or reset connection, the server restarting (503) or its
@@ -70,26 +70,24 @@ func (r *retryingListWatch) IsWatchListSemanticsUnSupported() bool {
 }
 
 func retryUnavailable[T any](ctx context.Context, call func() (T, error)) (T, error) {
-	delay := unavailableRetryFirst
+	backoff := unavailableBackoff
 	for {
 		out, err := call()
 		if err == nil || !Unavailable(err) {
 			return out, err
 		}
-		wait := delay
-		if s, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(s)*time.Second > wait {
-			wait = time.Duration(s) * time.Second
+		delay := backoff.Step()
+		// A server that says when to come back (Retry-After) is not asked sooner.
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(s)*time.Second > delay {
+			delay = wait.Jitter(time.Duration(s)*time.Second, unavailableBackoff.Jitter)
 		}
-		// Jitter, so that the informers of many nodes do not knock in step.
-		wait += rand.N(wait/2 + 1)
-		t := time.NewTimer(wait)
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return out, err
 		case <-t.C:
 		}
-		delay = min(2*delay, unavailableRetryCap)
 	}
 }
 

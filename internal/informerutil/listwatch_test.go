@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,4 +92,54 @@ func TestRetryWhileUnavailableStopsWithTheContext(t *testing.T) {
 	if f.watchCall < 2 {
 		t.Errorf("watch calls: %d, want a few retries before the context ended", f.watchCall)
 	}
+}
+
+// The waits between retries grow from 100ms to 1s, each up to half as long again
+// at random (synctest's clock measures them).
+func TestRetryWhileUnavailableBacksOffWithJitterUpToASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls []time.Time
+		call := func() (int, error) {
+			calls = append(calls, time.Now())
+			if len(calls) <= 6 {
+				return 0, errRefused
+			}
+			return 1, nil
+		}
+		if _, err := retryUnavailable(context.Background(), call); err != nil {
+			t.Fatal(err)
+		}
+		base := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
+		jittered := false
+		for i, want := range base {
+			got := calls[i+1].Sub(calls[i])
+			if got < want || got > want*3/2 {
+				t.Errorf("wait %d: %s, want %s to %s", i+1, got, want, want*3/2)
+			}
+			jittered = jittered || got != want
+		}
+		if !jittered {
+			t.Error("every wait is exactly its base: no jitter")
+		}
+	})
+}
+
+// A server that says when to come back is not asked sooner.
+func TestRetryWhileUnavailableWaitsAsLongAsTheServerSays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls []time.Time
+		call := func() (int, error) {
+			calls = append(calls, time.Now())
+			if len(calls) == 1 {
+				return 0, apierrors.NewTooManyRequests("storage is (re)initializing", 3)
+			}
+			return 1, nil
+		}
+		if _, err := retryUnavailable(context.Background(), call); err != nil {
+			t.Fatal(err)
+		}
+		if got := calls[1].Sub(calls[0]); got < 3*time.Second || got > 3*time.Second*3/2 {
+			t.Errorf("waited %s after Retry-After 3s, want 3s to 4.5s", got)
+		}
+	})
 }

@@ -35,9 +35,10 @@
 // # Restarts
 //
 // Sandboxes carry labels naming the node and the pod; the pod as accepted is kept in
-// pods/<uid>/pod.json. New lists the sandboxes of its node and takes their pods over,
-// so a restarted process finds its pods, duplicates nothing (CreatePod of a known UID
-// is a no-op) and leaves nothing orphaned (a sandbox without pod.json is removed).
+// pods/<uid>/pod.json. New lists the sandboxes of its node and takes their pods over
+// (adopt.go), so a restarted process finds its pods, duplicates nothing (CreatePod of
+// a known UID is a no-op) and leaves nothing orphaned (a sandbox without pod.json is
+// removed).
 // It reads each pod from the runtime before it returns, so that a pod running before
 // the restart is reported running from the start, not as a pod just accepted.
 //

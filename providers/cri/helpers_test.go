@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
@@ -145,22 +146,14 @@ func busyboxPod(name, script string) *corev1.Pod {
 // sleepForever is a script that runs until SIGTERM, on which it exits 0 at once.
 const sleepForever = `trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`
 
-// waitFor polls cond every 50ms until it holds or timeout passes.
+// waitFor polls cond every 50ms until it holds, naming what in the failure once
+// timeout has passed.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
+	eventually.TrueEvery(t, timeout, 50*time.Millisecond, func() (bool, string) {
 		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ok, what + "; last: " + state
+	})
 }
 
 // waitStatus waits until the pod's status satisfies cond and returns it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/providerutil/crilog"
 )
 
@@ -15,10 +16,10 @@ import (
 // Previous) and applies every option as the kubelet does.
 func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
 	p.mu.Lock()
-	rec, ok := p.pods[podKey(namespace, name)]
+	rec, ok := p.pods[providerutil.PodKey(namespace, name)]
 	if !ok {
 		p.mu.Unlock()
-		return nil, notFound(namespace, name)
+		return nil, providerutil.PodNotFound("cri", namespace, name)
 	}
 	ids, started := rec.ctrIDs[container]
 	known := false
@@ -41,7 +42,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 	}
 	st, err := p.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
-		return nil, errContext(podKey(namespace, name), err)
+		return nil, errContext(providerutil.PodKey(namespace, name), err)
 	}
 	follow := opts.Follow && !opts.Previous && st.Status.State == runtimeapi.ContainerState_CONTAINER_RUNNING
 	running := func(ctx context.Context) bool {
@@ -50,7 +51,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 	}
 	r, err := crilog.Open(ctx, st.Status.LogPath, opts, follow, running)
 	if err != nil {
-		return nil, errContext(podKey(namespace, name), err)
+		return nil, errContext(providerutil.PodKey(namespace, name), err)
 	}
 	return r, nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -92,14 +94,11 @@ func TestGRPCProbes(t *testing.T) {
 		t.Fatalf("podIP = %q (hostIP %q): not a pod of the CNI network", st.PodIP, st.HostIP)
 	}
 	// Three probe periods while "app" is NOT_SERVING: never Ready, never restarted.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.Never(t, 3*time.Second, 100*time.Millisecond, func() (bool, string) {
 		st, _ := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
-		if cs := st.ContainerStatuses[0]; cs.Ready || cs.RestartCount > 0 {
-			t.Fatalf("with app NOT_SERVING and the server SERVING: %s", describe(st))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		cs := st.ContainerStatuses[0]
+		return cs.Ready || cs.RestartCount > 0, "with app NOT_SERVING and the server SERVING: " + describe(st)
+	})
 	hs.SetServingStatus("app", healthpb.HealthCheckResponse_SERVING)
 	waitRunningReady(t, p, pod)
 

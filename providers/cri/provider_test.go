@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -275,14 +277,11 @@ func TestProbes(t *testing.T) {
 		}
 		waitStatus(t, p, pod, 60*time.Second, "Running", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodRunning })
 		// Three probe periods: never Ready.
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
+		eventually.Never(t, 3*time.Second, 100*time.Millisecond, func() (bool, string) {
 			st, _ := p.GetPodStatus(ctx, "default", "unready")
-			if condition(st, corev1.PodReady) != corev1.ConditionFalse || condition(st, corev1.ContainersReady) != corev1.ConditionFalse || st.ContainerStatuses[0].Ready {
-				t.Fatalf("pod became ready with a failing readiness probe: %s", describe(st))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return condition(st, corev1.PodReady) != corev1.ConditionFalse || condition(st, corev1.ContainersReady) != corev1.ConditionFalse || st.ContainerStatuses[0].Ready,
+				"pod became ready with a failing readiness probe: " + describe(st)
+		})
 		if _, err := execOut(t, p, pod, "main", "touch", "/tmp/ready"); err != nil {
 			t.Fatal(err)
 		}

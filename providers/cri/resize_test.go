@@ -2,10 +2,13 @@ package cri
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -57,14 +60,15 @@ func TestARunningContainerIsResizedInPlace(t *testing.T) {
 	if mem, cpu := cgroup(); mem != strconv.Itoa(96<<20) || !strings.HasPrefix(cpu, "75000") {
 		t.Errorf("after the resize the container sees memory %s, cpu %s; want %d, 75000", mem, cpu, 96<<20)
 	}
-	time.Sleep(time.Second)
-	st, err := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after := st.ContainerStatuses[0]; after.ContainerID != before.ContainerID || after.RestartCount != 0 {
-		t.Errorf("container %s (restarts %d) after the resize, was %s: want the same, not restarted", after.ContainerID, after.RestartCount, before.ContainerID)
-	}
+	eventually.Never(t, time.Second, 100*time.Millisecond, func() (bool, string) {
+		st, err := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := st.ContainerStatuses[0]
+		return after.ContainerID != before.ContainerID || after.RestartCount != 0,
+			fmt.Sprintf("container %s (restarts %d) after the resize, was %s: want the same, not restarted", after.ContainerID, after.RestartCount, before.ContainerID)
+	})
 
 	restart := grown.DeepCopy()
 	restart.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}

@@ -6,14 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -26,9 +22,9 @@ import (
 func (p *Provider) runningContainerID(namespace, name, container string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec, ok := p.pods[podKey(namespace, name)]
+	rec, ok := p.pods[providerutil.PodKey(namespace, name)]
 	if !ok {
-		return "", notFound(namespace, name)
+		return "", providerutil.PodNotFound("cri", namespace, name)
 	}
 	ids, ok := rec.ctrIDs[container]
 	if !ok || ids[0] == "" {
@@ -53,9 +49,9 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil && !attach.TTY(),
 	})
 	if err != nil {
-		return errContext(podKey(namespace, name), fmt.Errorf("exec in %s: %w", container, err))
+		return errContext(providerutil.PodKey(namespace, name), fmt.Errorf("exec in %s: %w", container, err))
 	}
-	return errContext(podKey(namespace, name), stream(ctx, resp.Url, attach))
+	return errContext(providerutil.PodKey(namespace, name), stream(ctx, resp.Url, attach))
 }
 
 // AttachToContainer attaches to the container's main process.
@@ -69,9 +65,9 @@ func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, conta
 		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil && !attach.TTY(),
 	})
 	if err != nil {
-		return errContext(podKey(namespace, name), fmt.Errorf("attach to %s: %w", container, err))
+		return errContext(providerutil.PodKey(namespace, name), fmt.Errorf("attach to %s: %w", container, err))
 	}
-	return errContext(podKey(namespace, name), stream(ctx, resp.Url, attach))
+	return errContext(providerutil.PodKey(namespace, name), stream(ctx, resp.Url, attach))
 }
 
 // stream connects attach to a remotecommand streaming URL of the runtime.
@@ -90,7 +86,7 @@ func stream(ctx context.Context, rawURL string, attach provider.AttachIO) error 
 // PortForward copies bytes between stream and port inside the pod's network
 // namespace, through the runtime's port-forward streaming endpoint.
 func (p *Provider) PortForward(ctx context.Context, namespace, name string, port int32, s io.ReadWriteCloser) error {
-	key := podKey(namespace, name)
+	key := providerutil.PodKey(namespace, name)
 	p.mu.Lock()
 	rec, ok := p.pods[key]
 	var sandbox string
@@ -99,7 +95,7 @@ func (p *Provider) PortForward(ctx context.Context, namespace, name string, port
 	}
 	p.mu.Unlock()
 	if !ok {
-		return notFound(namespace, name)
+		return providerutil.PodNotFound("cri", namespace, name)
 	}
 	if sandbox == "" {
 		return errdefs.InvalidInput("cri: pod %s has no sandbox yet", key)
@@ -112,43 +108,16 @@ func (p *Provider) PortForward(ctx context.Context, namespace, name string, port
 	if err != nil {
 		return errContext(key, err)
 	}
-	tr, upgrader, err := spdy.RoundTripperFor(&rest.Config{})
-	if err != nil {
-		return errContext(key, err)
-	}
-	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name)
+	conn, err := providerutil.DialPortForward(&rest.Config{}, u)
 	if err != nil {
 		return errContext(key, fmt.Errorf("port-forward: %w", err))
 	}
 	defer conn.Close()
-
-	headers := http.Header{}
-	headers.Set(corev1.StreamType, corev1.StreamTypeError)
-	headers.Set(corev1.PortHeader, strconv.Itoa(int(port)))
-	headers.Set(corev1.PortForwardRequestIDHeader, "0")
-	errStream, err := conn.CreateStream(headers)
-	if err != nil {
-		return errContext(key, err)
-	}
-	_ = errStream.Close() // we never write to it
-	headers.Set(corev1.StreamType, corev1.StreamTypeData)
-	data, err := conn.CreateStream(headers)
+	data, errCh, err := providerutil.PortForwardStreams(conn, port)
 	if err != nil {
 		return errContext(key, err)
 	}
 
-	errCh := make(chan error, 1)
-	go func() {
-		msg, err := io.ReadAll(errStream)
-		switch {
-		case err != nil:
-			errCh <- err
-		case len(msg) > 0:
-			errCh <- fmt.Errorf("port-forward to port %d: %s", port, msg)
-		default:
-			errCh <- nil
-		}
-	}()
 	var once sync.Once
 	done := make(chan struct{})
 	finish := func() { once.Do(func() { close(done) }) }

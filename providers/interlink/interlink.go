@@ -202,11 +202,9 @@ func (p *Provider) request(ctx context.Context, method, path string, body any) (
 	return resp, nil
 }
 
-func key(namespace, name string) string { return namespace + "/" + name }
-
 // CreateResolvedPod submits the pod with its containers' volume data.
 func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
-	k := key(rp.Pod.Namespace, rp.Pod.Name)
+	k := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	rec := p.pods[k]
 	p.mu.Unlock()
@@ -241,7 +239,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if rec := p.pods[key(pod.Namespace, pod.Name)]; rec != nil && rec.Pod.UID == pod.UID {
+	if rec := p.pods[providerutil.PodKey(pod.Namespace, pod.Name)]; rec != nil && rec.Pod.UID == pod.UID {
 		return providerutil.RefuseResize("interlink", rec.Pod, pod)
 	}
 	return nil
@@ -254,12 +252,12 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 
 // DeletePod asks the plugin to delete the job and forgets the pod.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	k := key(pod.Namespace, pod.Name)
+	k := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	rec := p.pods[k]
 	p.mu.Unlock()
 	if rec == nil {
-		return errdefs.NotFound("interlink: pod %s not found", k)
+		return providerutil.PodNotFound("interlink", pod.Namespace, pod.Name)
 	}
 	if err := p.do(ctx, http.MethodPost, "/delete", rec.Pod, nil); err != nil && !errdefs.IsNotFound(err) {
 		return err
@@ -274,9 +272,9 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec := p.pods[key(namespace, name)]
+	rec := p.pods[providerutil.PodKey(namespace, name)]
 	if rec == nil {
-		return nil, errdefs.NotFound("interlink: pod %s not found", key(namespace, name))
+		return nil, providerutil.PodNotFound("interlink", namespace, name)
 	}
 	pod := rec.Pod.DeepCopy()
 	if rec.Status != nil {
@@ -326,7 +324,7 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		return err
 	}
 	for _, st := range statuses {
-		k := key(st.Namespace, st.Name)
+		k := providerutil.PodKey(st.Namespace, st.Name)
 		p.mu.Lock()
 		rec := p.pods[k]
 		var changed *corev1.Pod
@@ -381,10 +379,10 @@ func (p *Provider) ConfigureNode(_ context.Context, n *corev1.Node) {
 // GetContainerLogs asks /getLogs.
 func (p *Provider) GetContainerLogs(ctx context.Context, namespace, pod, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
 	p.mu.Lock()
-	rec := p.pods[key(namespace, pod)]
+	rec := p.pods[providerutil.PodKey(namespace, pod)]
 	p.mu.Unlock()
 	if rec == nil {
-		return nil, errdefs.NotFound("interlink: pod %s not found", key(namespace, pod))
+		return nil, providerutil.PodNotFound("interlink", namespace, pod)
 	}
 	req := logRequest{Namespace: namespace, PodUID: string(rec.Pod.UID), PodName: pod, ContainerName: container,
 		Opts: logOptions{Tail: opts.Tail, Bytes: int(opts.LimitBytes), Timestamps: opts.Timestamps, Follow: opts.Follow,

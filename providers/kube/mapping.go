@@ -3,13 +3,15 @@ package kube
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // Labels and annotations put on every object the provider creates in the target.
@@ -106,7 +108,7 @@ func (m *mapper) originKey(obj metav1.Object) string {
 	if a[AnnotationOriginNamespace] == "" || a[AnnotationOriginName] == "" {
 		return ""
 	}
-	return a[AnnotationOriginNamespace] + "/" + a[AnnotationOriginName]
+	return providerutil.PodKey(a[AnnotationOriginNamespace], a[AnnotationOriginName])
 }
 
 // ownMeta is the metadata of a target object derived from source pod src.
@@ -266,7 +268,10 @@ func deletedStatus(last *corev1.PodStatus) *corev1.PodStatus {
 	return s
 }
 
-// podKey is "namespace/name".
-func podKey(namespace, name string) string { return namespace + "/" + name }
+func describe(p *corev1.Pod) string { return providerutil.PodKey(p.Namespace, p.Name) }
 
-func describe(p *corev1.Pod) string { return fmt.Sprintf("%s/%s", p.Namespace, p.Name) }
+// noTarget is the NotFound of the contract for source pod key ("namespace/name")
+// when it has no pod in the target cluster.
+func noTarget(key string) error {
+	return errdefs.NotFound("pod %s has no pod in the target cluster", key)
+}

@@ -138,72 +138,6 @@ func New(ctx context.Context, cfg Config, nodeName string, opts ...Option) (*Pro
 	return p, nil
 }
 
-func (p *Provider) startInformers(ctx context.Context) {
-	ours := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.m.selector() }))
-	p.pods = ours.Core().V1().Pods().Informer()
-	_ = p.pods.AddIndexers(cache.Indexers{originIndex: func(obj any) ([]string, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			if k := p.m.originKey(m); k != "" {
-				return []string{k}, nil
-			}
-		}
-		return nil, nil
-	}})
-	_, _ = p.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.onTargetPod(obj) },
-		UpdateFunc: func(_, obj any) { p.onTargetPod(obj) },
-		DeleteFunc: p.onTargetPodDeleted,
-	})
-
-	all := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
-		}))
-	p.allPods = all.Core().V1().Pods().Informer()
-	// Nodes come from a factory of their own: the pods' field selector does not apply.
-	nodes := informers.NewSharedInformerFactory(p.client, 0)
-	p.nodes = nodes.Core().V1().Nodes().Informer()
-	p.capacity.changed = make(chan struct{}, 1)
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.capacityChanged() },
-		UpdateFunc: func(any, any) { p.capacityChanged() },
-		DeleteFunc: func(any) { p.capacityChanged() },
-	}
-	_, _ = p.allPods.AddEventHandler(h)
-	_, _ = p.nodes.AddEventHandler(h)
-
-	p.factories = []informers.SharedInformerFactory{ours, all, nodes}
-	for _, f := range p.factories {
-		f.Start(ctx.Done())
-	}
-	go p.runCapacity(ctx)
-}
-
-// synced waits (at most until ctx ends or 10s) for the informer on our pods.
-func (p *Provider) synced(ctx context.Context) error {
-	if p.pods.HasSynced() {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if !cache.WaitForCacheSync(ctx.Done(), p.pods.HasSynced) {
-		return errdefs.Unavailable("kube provider: target pods not listed yet (is the target cluster reachable?)")
-	}
-	return nil
-}
-
-// cached returns our target pod of source pod ns/name from the informer, or nil.
-func (p *Provider) cached(ns, name string) *corev1.Pod {
-	objs, _ := p.pods.GetIndexer().ByIndex(originIndex, podKey(ns, name))
-	for _, o := range objs {
-		if t, ok := o.(*corev1.Pod); ok {
-			return t
-		}
-	}
-	return nil
-}
-
 // CreatePod runs a pod given without resolution: as CreateResolvedPod with nothing
 // resolved (volumes then reference empty copies).
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
@@ -220,7 +154,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 // idempotent by source UID.
 func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
-	key := podKey(src.Namespace, src.Name)
+	key := providerutil.PodKey(src.Namespace, src.Name)
 	p.remember(key, rp)
 	if err := p.create(ctx, rp); err != nil {
 		return fmt.Errorf("offloading pod %s: %w", key, err)
@@ -288,128 +222,23 @@ func (p *Provider) create(ctx context.Context, rp *provider.ResolvedPod) error {
 	return p.ensureCopies(ctx, tp.Namespace, src, copies, created)
 }
 
-// ensureNamespace creates the target namespace ns if it does not exist.
-func (p *Provider) ensureNamespace(ctx context.Context, ns string) error {
+// lastAsked returns the source pod the provider was last asked to run under key
+// (CreateResolvedPod, UpdateResolvedPod) if it is the pod of that UID, else nil.
+func (p *Provider) lastAsked(key string, uid types.UID) *corev1.Pod {
 	p.mu.Lock()
-	known := p.namespaces[ns]
-	p.mu.Unlock()
-	if known {
-		return nil
-	}
-	_, err := p.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = p.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name:        ns,
-			Labels:      map[string]string{LabelOffloadedBy: p.m.offloadedBy},
-			Annotations: map[string]string{AnnotationOriginCluster: p.m.clusterID},
-		}}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = nil
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("target namespace %s: %w", ns, err)
-	}
-	p.mu.Lock()
-	p.namespaces[ns] = true
-	p.mu.Unlock()
-	return nil
-}
-
-// ensureCopies makes the copies exist with the given data and, if owner is not nil,
-// owned by owner. A copy owned by another pod (an earlier incarnation whose garbage
-// collection is under way) is replaced rather than adopted.
-func (p *Provider) ensureCopies(ctx context.Context, ns string, src *corev1.Pod, copies []depCopy, owner *corev1.Pod) error {
-	for _, c := range copies {
-		if err := p.ensureCopy(ctx, ns, src, c, owner); err != nil {
-			return fmt.Errorf("copy %s/%s of a dependency of %s: %w", ns, c.name, describe(src), err)
-		}
+	defer p.mu.Unlock()
+	if r := p.records[key]; r != nil && r.rp != nil && r.uid == uid {
+		return r.rp.Pod
 	}
 	return nil
-}
-
-func (p *Provider) ensureCopy(ctx context.Context, ns string, src *corev1.Pod, c depCopy, owner *corev1.Pod) error {
-	meta := p.m.ownMeta(src, c.name)
-	if owner != nil {
-		meta.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID,
-		}}
-	}
-	if c.kind == copySecret {
-		s := &corev1.Secret{ObjectMeta: meta, Type: c.secretType, Data: c.data}
-		return ensure(ctx, p.m, p.client.CoreV1().Secrets(ns), s, owner,
-			func(old, want *corev1.Secret) { old.Data = want.Data })
-	}
-	text, bin := configMapData(c.data)
-	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: text, BinaryData: bin}
-	return ensure(ctx, p.m, p.client.CoreV1().ConfigMaps(ns), cm, owner,
-		func(old, want *corev1.ConfigMap) { old.Data, old.BinaryData = want.Data, want.BinaryData })
-}
-
-// objectClient is the part of a typed client ensure needs.
-type objectClient[T any] interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
-	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
-	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
-	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
-}
-
-// ensure creates want, or updates the existing object of its name to want's data and
-// owner. It refuses objects not carrying our label.
-func ensure[T interface {
-	metav1.Object
-	comparable
-}](ctx context.Context, m *mapper, c objectClient[T], want T, owner *corev1.Pod, setData func(old, want T)) error {
-	old, err := c.Get(ctx, want.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = c.Create(ctx, want, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if old.GetLabels()[LabelOffloadedBy] != m.offloadedBy {
-		return errdefs.InvalidInput("%s exists and was not created by this node", want.GetName())
-	}
-	stale := old.GetLabels()[LabelOriginUID] != want.GetLabels()[LabelOriginUID]
-	for _, r := range old.GetOwnerReferences() {
-		if owner == nil || r.UID != owner.UID {
-			stale = true
-		}
-	}
-	if stale {
-		// Left by an earlier pod of the same name: the garbage collector may be
-		// removing it. Replace it instead of racing with the collector.
-		uid := old.GetUID()
-		err := c.Delete(ctx, old.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return err
-		}
-		_, err = c.Create(ctx, want, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return errdefs.Unavailable("%s is being replaced", want.GetName())
-		}
-		return err
-	}
-	setData(old, want)
-	old.SetOwnerReferences(want.GetOwnerReferences())
-	old.SetAnnotations(want.GetAnnotations())
-	_, err = c.Update(ctx, old, metav1.UpdateOptions{})
-	return err
 }
 
 // UpdateResolvedPod applies the source pod's labels, annotations, images, active
 // deadline and (unless stripped) tolerations to the target pod.
 func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
-	key := podKey(src.Namespace, src.Name)
-	p.mu.Lock()
-	var last *corev1.Pod
-	if r := p.records[key]; r != nil && r.uid == src.UID && r.rp != nil {
-		last = r.rp.Pod
-	}
-	p.mu.Unlock()
-	if last != nil {
+	key := providerutil.PodKey(src.Namespace, src.Name)
+	if last := p.lastAsked(key, src.UID); last != nil {
 		// The target pod keeps the resources it was made with: a resize is
 		// refused, so that the source pod shows it pending, not made.
 		if err := providerutil.RefuseResize("kube", last, src); err != nil {
@@ -457,7 +286,7 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // UpdatePodVolumes rewrites the volume copies of the pod with the new files.
 func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
 	src := rp.Pod
-	key := podKey(src.Namespace, src.Name)
+	key := providerutil.PodKey(src.Namespace, src.Name)
 	t, err := p.ownTarget(ctx, src)
 	if err != nil {
 		return err
@@ -482,7 +311,7 @@ func (p *Provider) ownTarget(ctx context.Context, src *corev1.Pod) (*corev1.Pod,
 	ns := p.m.targetNamespace(src.Namespace)
 	t, err := p.client.CoreV1().Pods(ns).Get(ctx, src.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && (p.m.originKey(t) == "" || t.Labels[LabelOriginUID] != string(src.UID))) {
-		return nil, errdefs.NotFound("pod %s has no pod in the target cluster", describe(src))
+		return nil, noTarget(describe(src))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading target pod of %s: %w", describe(src), err)
@@ -493,7 +322,7 @@ func (p *Provider) ownTarget(ctx context.Context, src *corev1.Pod) (*corev1.Pod,
 // DeletePod deletes the target pod with the source pod's grace period; the
 // garbage collector of the target then removes its copies.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	key := podKey(pod.Namespace, pod.Name)
+	key := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	r := p.records[key]
 	if r == nil || r.uid != pod.UID {
@@ -521,7 +350,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		p.forgetDeleted(key, pod.UID)
-		return errdefs.NotFound("pod %s has no pod in the target cluster", key)
+		return noTarget(key)
 	}
 	if err != nil {
 		return fmt.Errorf("deleting target pod of %s: %w", key, err)
@@ -540,7 +369,7 @@ func (p *Provider) forgetDeleted(key string, uid types.UID) {
 
 // GetPod returns the source pod with the status of its target pod.
 func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	key := podKey(namespace, name)
+	key := providerutil.PodKey(namespace, name)
 	p.mu.Lock()
 	r := p.records[key]
 	var last *corev1.Pod
@@ -555,7 +384,7 @@ func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.
 		return p.m.sourcePod(t, last), nil
 	}
 	if last == nil {
-		return nil, errdefs.NotFound("pod %s has no pod in the target cluster", key)
+		return nil, noTarget(key)
 	}
 	st, err := p.GetPodStatus(ctx, namespace, name)
 	if err != nil {
@@ -574,10 +403,10 @@ func (p *Provider) GetPodStatus(_ context.Context, namespace, name string) (*cor
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.records[podKey(namespace, name)]
+	r := p.records[providerutil.PodKey(namespace, name)]
 	switch {
 	case r == nil || r.deleting || r.rp == nil:
-		return nil, errdefs.NotFound("pod %s/%s has no pod in the target cluster", namespace, name)
+		return nil, noTarget(providerutil.PodKey(namespace, name))
 	case r.lost != nil:
 		return r.lost.DeepCopy(), nil
 	default:
@@ -595,126 +424,8 @@ func (p *Provider) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 	for _, o := range p.pods.GetStore().List() {
 		t := o.(*corev1.Pod)
 		if k := p.m.originKey(t); k != "" {
-			p.mu.Lock()
-			var last *corev1.Pod
-			if r := p.records[k]; r != nil && r.rp != nil && string(r.uid) == t.Labels[LabelOriginUID] {
-				last = r.rp.Pod
-			}
-			p.mu.Unlock()
-			out = append(out, p.m.sourcePod(t, last))
+			out = append(out, p.m.sourcePod(t, p.lastAsked(k, types.UID(t.Labels[LabelOriginUID]))))
 		}
 	}
 	return out, nil
-}
-
-// NotifyPods registers the status callback and reports every known pod once.
-func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
-	p.mu.Lock()
-	p.notify = notify
-	p.mu.Unlock()
-	for _, o := range p.pods.GetStore().List() {
-		p.onTargetPod(o)
-	}
-}
-
-func (p *Provider) callback() func(*corev1.Pod) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.notify
-}
-
-// onTargetPod reports a changed target pod as its source pod.
-func (p *Provider) onTargetPod(obj any) {
-	t, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	k := p.m.originKey(t)
-	if k == "" {
-		return
-	}
-	p.mu.Lock()
-	var last *corev1.Pod
-	if r := p.records[k]; r != nil && r.rp != nil && string(r.uid) == t.Labels[LabelOriginUID] {
-		last = r.rp.Pod
-	}
-	p.mu.Unlock()
-	if notify := p.callback(); notify != nil {
-		notify(p.m.sourcePod(t, last))
-	}
-}
-
-// onTargetPodDeleted handles a target pod gone: the end of our deletion, or a
-// deletion by others, after which the pod is re-created unless its restart policy
-// is Never (then it is reported Failed).
-func (p *Provider) onTargetPodDeleted(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	t, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	k := p.m.originKey(t)
-	if k == "" {
-		return
-	}
-	src := p.m.sourcePod(t, nil)
-	p.mu.Lock()
-	r := p.records[k]
-	if r != nil && r.uid != src.UID {
-		r = nil
-	}
-	var rp *provider.ResolvedPod
-	switch {
-	case r == nil || r.deleting:
-		// Our deletion finished (or an unknown pod went): report every container
-		// terminated, so a waiting deletion completes.
-		if r != nil {
-			delete(p.records, k)
-		}
-		src.Status = *deletedStatus(&src.Status)
-	case r.rp != nil && r.rp.Pod.Spec.RestartPolicy != corev1.RestartPolicyNever:
-		rp = r.rp
-	default:
-		r.lost = deletedStatus(&src.Status)
-		src.Status = *r.lost
-	}
-	p.mu.Unlock()
-	if rp != nil {
-		p.log.Warn("target pod deleted behind our back; creating it again", "pod", k)
-		go p.recreate(k, rp)
-		return
-	}
-	if notify := p.callback(); notify != nil {
-		notify(src)
-	}
-}
-
-// recreate creates the target pod of rp again, retrying while the pod is still
-// wanted (not deleted meanwhile).
-func (p *Provider) recreate(key string, rp *provider.ResolvedPod) {
-	backoff := 500 * time.Millisecond
-	for {
-		p.mu.Lock()
-		r := p.records[key]
-		wanted := r != nil && r.uid == rp.Pod.UID && !r.deleting
-		p.mu.Unlock()
-		if !wanted {
-			return
-		}
-		ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-		err := p.create(ctx, rp)
-		cancel()
-		if err == nil {
-			return
-		}
-		p.log.Warn("re-creating target pod failed; retrying", "pod", key, "error", err, "in", backoff)
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
 }

@@ -20,8 +20,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
-	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // fixture is a provider on a fake target clientset.
@@ -76,14 +77,14 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 // eventually polls cond for up to 5s.
 func (f *fixture) eventually(what string, cond func() bool) {
 	f.t.Helper()
-	testenv.Eventually(f.t, 5*time.Second, func() (bool, string) { return cond(), what })
+	eventually.True(f.t, 5*time.Second, func() (bool, string) { return cond(), what })
 }
 
 func (f *fixture) lastEvent(key string) *corev1.Pod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := len(f.events) - 1; i >= 0; i-- {
-		if podKey(f.events[i].Namespace, f.events[i].Name) == key {
+		if providerutil.PodKey(f.events[i].Namespace, f.events[i].Name) == key {
 			return f.events[i]
 		}
 	}

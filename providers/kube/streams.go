@@ -5,17 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
@@ -26,7 +22,7 @@ import (
 func (p *Provider) target(ns, name string) (*corev1.Pod, error) {
 	t := p.cached(ns, name)
 	if t == nil {
-		return nil, errdefs.NotFound("pod %s/%s has no pod in the target cluster", ns, name)
+		return nil, noTarget(providerutil.PodKey(ns, name))
 	}
 	return t, nil
 }
@@ -125,40 +121,13 @@ func (p *Provider) PortForward(ctx context.Context, namespace, pod string, port 
 	if err != nil {
 		return err
 	}
-	transport, upgrader, err := spdy.RoundTripperFor(p.restConfig)
-	if err != nil {
-		return err
-	}
 	u := p.client.CoreV1().RESTClient().Post().Namespace(t.Namespace).Resource("pods").Name(t.Name).SubResource("portforward").URL()
-	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", u).Dial(portforward.PortForwardProtocolV1Name)
+	conn, err := providerutil.DialPortForward(p.restConfig, u)
 	if err != nil {
 		return fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, err)
 	}
 	defer conn.Close()
-
-	headers := http.Header{}
-	headers.Set(corev1.StreamType, corev1.StreamTypeError)
-	headers.Set(corev1.PortHeader, strconv.Itoa(int(port)))
-	headers.Set(corev1.PortForwardRequestIDHeader, "0")
-	errStream, err := conn.CreateStream(headers)
-	if err != nil {
-		return err
-	}
-	_ = errStream.Close()
-	remoteErr := make(chan error, 1)
-	go func() {
-		msg, err := io.ReadAll(errStream)
-		switch {
-		case err != nil:
-			remoteErr <- err
-		case len(msg) > 0:
-			remoteErr <- fmt.Errorf("port-forward to %s/%s:%d: %s", namespace, pod, port, msg)
-		default:
-			remoteErr <- nil
-		}
-	}()
-	headers.Set(corev1.StreamType, corev1.StreamTypeData)
-	data, err := conn.CreateStream(headers)
+	data, remoteErr, err := providerutil.PortForwardStreams(conn, port)
 	if err != nil {
 		return err
 	}
@@ -171,7 +140,7 @@ func (p *Provider) PortForward(ctx context.Context, namespace, pod string, port 
 	case <-done:
 	case err := <-remoteErr:
 		if err != nil {
-			return err
+			return fmt.Errorf("%s/%s: %w", namespace, pod, err)
 		}
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 )
 
 // TestConcurrentUse is a smoke test for -race: many goroutines create, read, update
@@ -116,19 +118,12 @@ func TestConcurrentUse(t *testing.T) {
 				t.Errorf("the shared pod was created %d times, want 1", n)
 			}
 			want := workers*tc.perWorker + 1
-			deadline := time.Now().Add(waitTimeout)
-			for {
+			eventually.TrueEvery(t, waitTimeout, time.Millisecond, func() (bool, string) {
 				mu.Lock()
 				n := len(stopped)
 				mu.Unlock()
-				if n == want {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d pods announced stopped, want %d", n, want)
-				}
-				time.Sleep(time.Millisecond)
-			}
+				return n == want, fmt.Sprintf("%d pods announced stopped, want %d", n, want)
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			for uid, n := range stopped {

@@ -52,7 +52,7 @@
 // fail, before doing anything, with an errdefs.Unavailable error ("injected
 // failure"), drawn from an RNG seeded with Config.Seed. SetPingError makes Ping fail.
 // Config.Latency makes CreatePod, UpdatePod, DeletePod and GetPodStatus answer that
-// much later, as a remote back end would.
+// much later, as a remote back end would (faults.go).
 //
 // With Config.StateFile, the pods (with their timestamps), the pod IP counter and the
 // CreateCount and DeleteCalls counts are written to that file, replaced atomically by

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -67,14 +68,9 @@ func notifyPods(t *testing.T, p *Provider, notify func(*corev1.Pod)) {
 	p.mu.Unlock()
 	t.Cleanup(func() {
 		cancel()
-		deadline := time.Now().Add(waitTimeout)
-		for schedulerRuns(p, s) {
-			if time.Now().After(deadline) {
-				t.Error("the scheduler goroutine did not return when its context ended")
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
+		eventually.TrueEvery(t, waitTimeout, time.Millisecond, func() (bool, string) {
+			return !schedulerRuns(p, s), "the scheduler goroutine did not return when its context ended"
+		})
 	})
 }
 
@@ -88,13 +84,7 @@ func schedulerRuns(p *Provider, s *scheduler) bool {
 // nextNotification returns the next pod notified, failing the test after waitTimeout.
 func nextNotification(t *testing.T, ch <-chan *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	select {
-	case pod := <-ch:
-		return pod
-	case <-time.After(waitTimeout):
-		t.Fatalf("no pod notification within %s", waitTimeout)
-		return nil
-	}
+	return eventually.Receive(t, ch, waitTimeout, "a pod notification")
 }
 
 // waitForWaiter waits until the scheduler has set its timer on the fake clock, so
@@ -102,13 +92,9 @@ func nextNotification(t *testing.T, ch <-chan *corev1.Pod) *corev1.Pod {
 // work; waiting only makes the tests exercise the timer path.
 func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("the scheduler set no timer")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually.TrueEvery(t, waitTimeout, time.Millisecond, func() (bool, string) {
+		return clk.HasWaiters(), "the scheduler set no timer"
+	})
 }
 
 func mustStatus(t *testing.T, p *Provider, name string) *corev1.PodStatus {

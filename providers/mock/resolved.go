@@ -15,6 +15,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/compact/tokenpack"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // CreateResolvedPod is CreatePod; the mock also keeps the resolved pod, so that
@@ -32,12 +33,12 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // call (VolumeUpdates).
 func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
 	volumes := keptVolumes(rp.Volumes)
-	key := podKey(rp.Pod.Namespace, rp.Pod.Name)
+	key := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	old := p.lookupLocked(key, p.clock.Now())
 	if old == nil || old.uid != rp.Pod.UID {
 		p.mu.Unlock()
-		return notFound(rp.Pod.Namespace, rp.Pod.Name)
+		return providerutil.PodNotFound("mock", rp.Pod.Namespace, rp.Pod.Name)
 	}
 	rec := *old // records never change once stored
 	resolution := keptResolution{}
@@ -182,7 +183,7 @@ func keep(rp *provider.ResolvedPod) *keptResolution {
 func (p *Provider) Resolved(namespace, name string) *provider.ResolvedPod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec := p.pods[podKey(namespace, name)]
+	rec := p.pods[providerutil.PodKey(namespace, name)]
 	if rec == nil || rec.resolution == nil {
 		return nil
 	}
@@ -194,7 +195,7 @@ func (p *Provider) Resolved(namespace, name string) *provider.ResolvedPod {
 func (p *Provider) VolumeUpdates(namespace, name string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.volumeCalls[podKey(namespace, name)]
+	return p.volumeCalls[providerutil.PodKey(namespace, name)]
 }
 
 func copyResolved(rp *provider.ResolvedPod) *provider.ResolvedPod {

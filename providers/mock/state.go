@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vkubelet/vkubelet/internal/compact/unixtime"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/internal/compact/unixtime"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // stateVersion is the format of the StateFile.
@@ -139,7 +141,7 @@ func (p *Provider) load() error {
 		if sp.Pod == nil {
 			return fmt.Errorf("mock: loading state %s: a pod entry has no pod", p.cfg.StateFile)
 		}
-		rec, err := newRecord(podKey(sp.Pod.Namespace, sp.Pod.Name), sp.Pod)
+		rec, err := newRecord(providerutil.PodKey(sp.Pod.Namespace, sp.Pod.Name), sp.Pod)
 		if err != nil {
 			return fmt.Errorf("mock: loading state %s: %w", p.cfg.StateFile, err)
 		}

@@ -5,11 +5,12 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/vkubelet/vkubelet/providers/providerutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // The synthetic usage model. A running container uses half of its CPU and memory

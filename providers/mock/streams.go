@@ -16,6 +16,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // container returns the pod record and its container (regular or init) named
@@ -23,10 +24,10 @@ import (
 func (p *Provider) container(namespace, name, container string) (rec *podRecord, c *corev1.Container, init bool, now time.Time, err error) {
 	p.mu.Lock()
 	now = p.clock.Now()
-	rec = p.lookupLocked(podKey(namespace, name), now)
+	rec = p.lookupLocked(providerutil.PodKey(namespace, name), now)
 	p.mu.Unlock()
 	if rec == nil {
-		return nil, nil, false, now, notFound(namespace, name)
+		return nil, nil, false, now, providerutil.PodNotFound("mock", namespace, name)
 	}
 	pod := rec.pod()
 	for kind, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
@@ -171,7 +172,7 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 		return errdefs.InvalidInput("mock: exec in %s/%s/%s: empty command", namespace, name, container)
 	}
 	p.mu.Lock()
-	rec := p.pods[podKey(namespace, name)]
+	rec := p.pods[providerutil.PodKey(namespace, name)]
 	p.mu.Unlock()
 	var rp *provider.ResolvedPod
 	if rec != nil && rec.resolution != nil {
@@ -280,10 +281,10 @@ func runSession(ctx context.Context, attach provider.AttachIO, script func(stdin
 func (p *Provider) PortForward(ctx context.Context, namespace, name string, port int32, stream io.ReadWriteCloser) error {
 	p.mu.Lock()
 	now := p.clock.Now()
-	rec := p.lookupLocked(podKey(namespace, name), now)
+	rec := p.lookupLocked(providerutil.PodKey(namespace, name), now)
 	p.mu.Unlock()
 	if rec == nil {
-		return notFound(namespace, name)
+		return providerutil.PodNotFound("mock", namespace, name)
 	}
 	if !rec.runningAt(now) {
 		return errdefs.InvalidInput("mock: port-forward to %s/%s: the pod is not running", namespace, name)

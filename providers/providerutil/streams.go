@@ -3,8 +3,18 @@ package providerutil
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/vkubelet/vkubelet/provider"
@@ -57,4 +67,51 @@ func (q sizeQueue) Next() *remotecommand.TerminalSize {
 		}
 		return &remotecommand.TerminalSize{Width: s.Width, Height: s.Height}
 	}
+}
+
+// DialPortForward connects, with SPDY and the port-forward protocol, to a
+// port-forward endpoint: a runtime's streaming server, or pods/portforward of an
+// API server; config says how to reach it (TLS, credentials).
+func DialPortForward(config *rest.Config, u *url.URL) (httpstream.Connection, error) {
+	transport, upgrader, err := spdy.RoundTripperFor(config)
+	if err != nil {
+		return nil, err
+	}
+	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name)
+	return conn, err
+}
+
+// PortForwardStreams opens on conn the two streams of one connection forwarded to
+// port, with the headers a port-forward server reads (stream type, port, request
+// ID). The error stream is only the server's to write: it is closed for writing
+// and read to its end in the background; remoteErr then delivers the server's
+// message as an error, or nil if it had none.
+func PortForwardStreams(conn httpstream.Connection, port int32) (data httpstream.Stream, remoteErr <-chan error, err error) {
+	headers := http.Header{}
+	headers.Set(corev1.StreamType, corev1.StreamTypeError)
+	headers.Set(corev1.PortHeader, strconv.Itoa(int(port)))
+	headers.Set(corev1.PortForwardRequestIDHeader, "0")
+	errStream, err := conn.CreateStream(headers)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = errStream.Close() // we never write to it
+	errCh := make(chan error, 1)
+	go func() {
+		msg, err := io.ReadAll(errStream)
+		switch {
+		case err != nil:
+			errCh <- err
+		case len(msg) > 0:
+			errCh <- fmt.Errorf("port-forward to port %d: %s", port, msg)
+		default:
+			errCh <- nil
+		}
+	}()
+	headers.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err = conn.CreateStream(headers)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, errCh, nil
 }

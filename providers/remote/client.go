@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -311,16 +313,24 @@ func (c *Client) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	}()
 }
 
+// capsBackoff paces awaitCaps: from 1s, doubling, up to 30s; each wait is up to
+// 20% longer at random, so that the nodes of one provider that came back do not
+// all ask it at once.
+var capsBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+
 // awaitCaps asks for the provider's capabilities until it answers or ctx ends,
-// with back-off (1s to 30s): after an interruption the provider may come back as
+// with back-off (capsBackoff): after an interruption the provider may come back as
 // another version, one that no longer notifies, say, and whether to watch or to
 // poll is the new one's to say.
 func (c *Client) awaitCaps(ctx context.Context) {
-	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+	backoff := capsBackoff
+	for {
+		t := time.NewTimer(backoff.Step())
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C:
 		}
 		cctx, cancel := c.call(ctx)
 		err := c.refreshCaps(cctx)
@@ -374,7 +384,7 @@ func (c *Client) pollPods(ctx context.Context, notify func(*corev1.Pod)) error {
 		}
 		for _, p := range pods {
 			b, _ := json.Marshal(p.Status)
-			key := p.Namespace + "/" + p.Name
+			key := providerutil.PodKey(p.Namespace, p.Name)
 			if last[key] != string(b) {
 				last[key] = string(b)
 				notify(p)

@@ -12,7 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
@@ -131,7 +131,7 @@ func TestEphemeralContainersAreAskedAgainWhenTheProviderComesBack(t *testing.T) 
 
 	stop()
 	serveAt(t, sock, &ephemeralRunner{Provider: newMock(t)}, "v2")
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+	eventually.True(t, 60*time.Second, func() (bool, string) {
 		return !c.RunsEphemeralContainers(), "the client still says the restarted provider runs ephemeral containers"
 	})
 }

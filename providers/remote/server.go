@@ -45,7 +45,7 @@ func NewServer(ctx context.Context, p provider.PodLifecycleHandler, name string,
 		log = slog.Default()
 	}
 	s := &Server{p: p, name: name, log: log,
-		pods:  newFanOut(func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }),
+		pods:  newFanOut(func(p *corev1.Pod) string { return providerutil.PodKey(p.Namespace, p.Name) }),
 		nodes: newFanOut(func(*corev1.Node) string { return "" })}
 	if n, ok := p.(provider.PodNotifier); ok {
 		n.NotifyPods(ctx, s.pods.publish)

@@ -56,7 +56,7 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 				p.log.Info("a job missing from the listing is known to Slurm", "job", id, "state", jj.State)
 				j, known = jj, true
 			case errdefs.IsNotFound(err):
-				p.log.Info("job no longer known to Slurm", "pod", key(rec.pod.Namespace, rec.pod.Name), "job", id)
+				p.log.Info("job no longer known to Slurm", "pod", providerutil.PodKey(rec.pod.Namespace, rec.pod.Name), "job", id)
 				p.mu.Lock()
 				rec.purged = true
 				p.mu.Unlock()
@@ -74,7 +74,7 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		ended := id != "" && (!known || terminalStates[j.State])
 		if deleting && id != "" && !ended && now.After(killAt) {
 			if err := p.cli.cancel(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-				p.log.Warn("cancelling the job of a deleted pod", "pod", key(rec.pod.Namespace, rec.pod.Name), "job", id, "error", err)
+				p.log.Warn("cancelling the job of a deleted pod", "pod", providerutil.PodKey(rec.pod.Namespace, rec.pod.Name), "job", id, "error", err)
 			}
 		}
 		p.mu.Lock()
@@ -92,7 +92,7 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 			rec.gone = true // forgotten at the next poll, once its final status is out
 		}
 		if forget {
-			delete(p.pods, key(rec.pod.Namespace, rec.pod.Name))
+			delete(p.pods, providerutil.PodKey(rec.pod.Namespace, rec.pod.Name))
 		}
 		p.mu.Unlock()
 		if out != nil {

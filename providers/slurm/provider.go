@@ -99,7 +99,7 @@ func New(cfg Config, nodeName string, log *slog.Logger) (*Provider, error) {
 		if _, err := os.Stat(filepath.Join(dir, stoppingFile)); err == nil {
 			rec.deleting, rec.killAt = true, time.Now()
 		}
-		p.pods[key(s.Pod.Namespace, s.Pod.Name)] = rec
+		p.pods[providerutil.PodKey(s.Pod.Namespace, s.Pod.Name)] = rec
 	}
 	if len(p.pods) > 0 {
 		p.log.Info("found the pods of an earlier run", "pods", len(p.pods))
@@ -107,13 +107,11 @@ func New(cfg Config, nodeName string, log *slog.Logger) (*Provider, error) {
 	return p, nil
 }
 
-func key(namespace, name string) string { return namespace + "/" + name }
-
 // CreateResolvedPod writes the pod's directory and submits its job, unless a job
 // of that name exists already (submitted before a crash, say).
 func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedPod) error {
 	pod := rp.Pod
-	k := key(pod.Namespace, pod.Name)
+	k := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	rec := p.pods[k]
 	p.mu.Unlock()
@@ -179,7 +177,7 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 
 // prepare writes the pod's directory and returns sbatch's options for its job.
 func prepare(rp *provider.ResolvedPod, cfg Config, rec *record) ([]string, error) {
-	k := key(rp.Pod.Namespace, rp.Pod.Name)
+	k := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	script, err := jobScript(rp, scriptOptions{dir: rec.dir, podman: cfg.Podman, insecure: cfg.InsecureRegistries, createFlags: cfg.CreateFlags})
 	if err != nil {
 		return nil, errdefs.InvalidInput("slurm: pod %s: %v", k, err)
@@ -308,10 +306,10 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 // them change through their bind mounts, as with the kubelet.
 func (p *Provider) UpdatePodVolumes(_ context.Context, rp *provider.ResolvedPod) error {
 	p.mu.Lock()
-	rec := p.pods[key(rp.Pod.Namespace, rp.Pod.Name)]
+	rec := p.pods[providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)]
 	p.mu.Unlock()
 	if rec == nil || rec.pod.UID != rp.Pod.UID {
-		return errdefs.NotFound("slurm: pod %s not found", key(rp.Pod.Namespace, rp.Pod.Name))
+		return providerutil.PodNotFound("slurm", rp.Pod.Namespace, rp.Pod.Name)
 	}
 	return writeVolumes(rec.dir, rp)
 }
@@ -322,7 +320,7 @@ func (p *Provider) UpdatePodVolumes(_ context.Context, rp *provider.ResolvedPod)
 func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if rec := p.pods[key(pod.Namespace, pod.Name)]; rec != nil && rec.pod.UID == pod.UID {
+	if rec := p.pods[providerutil.PodKey(pod.Namespace, pod.Name)]; rec != nil && rec.pod.UID == pod.UID {
 		if err := providerutil.RefuseResize("slurm", rec.pod, pod); err != nil {
 			return err
 		}
@@ -340,12 +338,12 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // running one gets SIGTERM, upon which its script stops the containers within
 // the grace period, and is cancelled outright once that period is over.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	k := key(pod.Namespace, pod.Name)
+	k := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	rec := p.pods[k]
 	if rec == nil {
 		p.mu.Unlock()
-		return errdefs.NotFound("slurm: pod %s not found", k)
+		return providerutil.PodNotFound("slurm", pod.Namespace, pod.Name)
 	}
 	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
 	switch {
@@ -399,9 +397,9 @@ func startedAny(st *corev1.PodStatus) bool {
 func (p *Provider) lookup(namespace, name string) (*record, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec := p.pods[key(namespace, name)]
+	rec := p.pods[providerutil.PodKey(namespace, name)]
 	if rec == nil {
-		return nil, errdefs.NotFound("slurm: pod %s not found", key(namespace, name))
+		return nil, providerutil.PodNotFound("slurm", namespace, name)
 	}
 	return rec, nil
 }
@@ -421,9 +419,9 @@ func podOf(rec *record) *corev1.Pod {
 func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rec := p.pods[key(namespace, name)]
+	rec := p.pods[providerutil.PodKey(namespace, name)]
 	if rec == nil {
-		return nil, errdefs.NotFound("slurm: pod %s not found", key(namespace, name))
+		return nil, providerutil.PodNotFound("slurm", namespace, name)
 	}
 	return podOf(rec), nil
 }

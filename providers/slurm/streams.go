@@ -15,6 +15,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/providerutil/crilog"
 )
 
@@ -66,7 +67,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		cur := p.pods[key(namespace, name)]
+		cur := p.pods[providerutil.PodKey(namespace, name)]
 		return cur == rec && (rec.status == nil || (rec.status.Phase != corev1.PodSucceeded && rec.status.Phase != corev1.PodFailed))
 	}
 	follow := opts.Follow && !opts.Previous && running(ctx)

@@ -1,10 +1,13 @@
 package spawn
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 )
 
 // A logged process writes to its log, runs until stopped (SIGKILL after the grace
@@ -21,13 +24,10 @@ func TestStartLoggedStopAndTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Tail(2) != "two\nthree" && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got := p.Tail(2); got != "two\nthree" {
-		t.Fatalf("Tail(2) = %q", got)
-	}
+	eventually.TrueEvery(t, 5*time.Second, 20*time.Millisecond, func() (bool, string) {
+		got := p.Tail(2)
+		return got == "two\nthree", fmt.Sprintf("Tail(2) = %q", got)
+	})
 	if !p.Running() {
 		t.Fatal("not running")
 	}

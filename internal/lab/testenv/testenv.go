@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 )
 
 var (
@@ -136,22 +137,10 @@ func Namespace(t testing.TB) string {
 }
 
 // Eventually polls cond every 100ms until it returns true, failing the test with the
-// last description cond gave once timeout has passed.
+// last description cond gave once timeout has passed (eventually.True).
 func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, desc := cond()
-		if ok {
-			return
-		}
-		last = desc
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %s", timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually.True(t, timeout, cond)
 }
 
 // Exec runs cmd in a container of a pod through the API server, as `kubectl exec`

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
@@ -52,6 +53,8 @@ type Config struct {
 	// RestartBackoff is the first wait before a failed node starts again, doubled
 	// up to a minute. Default 1s.
 	RestartBackoff time.Duration
+	// Clock times the restart back-off; nil is the real clock. Tests pass a fake.
+	Clock clock.Clock
 	// LeaderElection, if set, runs each node only while this replica holds the
 	// node's Lease (election.go).
 	LeaderElection *LeaderElection
@@ -97,6 +100,9 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.LeaderElection != nil {
 		le := *cfg.LeaderElection
@@ -197,7 +203,7 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(delay):
+			case <-f.cfg.Clock.After(delay):
 			}
 		}
 	}()

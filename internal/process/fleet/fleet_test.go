@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
 )
@@ -91,16 +94,24 @@ func TestApplyStartsStopsAndRestartsOnlyWhatChanged(t *testing.T) {
 func TestAFailingNodeIsRetriedWithoutStoppingTheOthers(t *testing.T) {
 	fake := newFake()
 	fake.fail["bad"] = true
-	f := mustNew(t, Config{Run: fake.run, RestartBackoff: 10 * time.Millisecond})
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := mustNew(t, Config{Run: fake.run, RestartBackoff: 10 * time.Millisecond, Clock: clk})
 	defer f.Stop()
 	f.Apply(context.Background(), []nodeconfig.Node{{Name: "good"}, {Name: "bad"}})
-	deadline := time.Now().Add(5 * time.Second)
-	for fake.startsOf("bad") < 4 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	for starts := 1; starts <= 3; starts++ {
+		// The failed node waits out its back-off on the clock, and only then starts again.
+		eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+			return clk.HasWaiters(), fmt.Sprintf("no back-off after start %d", starts)
+		})
+		if n := fake.startsOf("bad"); n != starts {
+			t.Fatalf("the failing node was started %d times before back-off %d was over", n, starts)
+		}
+		clk.Step(time.Minute) // the cap of the back-off
 	}
-	if n := fake.startsOf("bad"); n < 4 {
-		t.Fatalf("the failing node was started %d times in 5s", n)
-	}
+	eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		n := fake.startsOf("bad")
+		return n == 4, fmt.Sprintf("the failing node was started %d times after three back-offs, want 4", n)
+	})
 	if n := fake.startsOf("good"); n != 1 {
 		t.Errorf("the good node was started %d times", n)
 	}

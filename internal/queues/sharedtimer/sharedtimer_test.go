@@ -2,8 +2,11 @@ package sharedtimer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -23,13 +26,10 @@ func items(q workqueue.TypedInterface[string]) []string {
 // waitLen waits until q holds n items.
 func waitLen(t *testing.T, q workqueue.TypedInterface[string], n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for q.Len() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue holds %d items, want %d", q.Len(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		l := q.Len()
+		return l == n, fmt.Sprintf("queue holds %d items, want %d", l, n)
+	})
 }
 
 func TestDelayedItemsOfSeveralQueuesArriveInTimeFromOneTimer(t *testing.T) {
@@ -52,9 +52,9 @@ func TestDelayedItemsOfSeveralQueuesArriveInTimeFromOneTimer(t *testing.T) {
 	for _, step := range []struct {
 		a, b string
 	}{{"a-soon", ""}, {"", "b-mid"}, {"a-late", ""}} {
-		for !clk.HasWaiters() {
-			time.Sleep(time.Millisecond)
-		}
+		eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+			return clk.HasWaiters(), "the timer waits for nothing"
+		})
 		clk.Step(time.Second)
 		if step.a != "" {
 			waitLen(t, a, 1)

@@ -3,6 +3,7 @@ package shrinking
 import (
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -83,22 +84,24 @@ func TestShutDownHandsOutWhatIsQueuedThenSaysSo(t *testing.T) {
 }
 
 func TestShutDownWakesAWaitingGet(t *testing.T) {
-	q := New()
-	done := make(chan bool)
-	go func() {
-		_, shutdown := q.Get()
-		done <- shutdown
-	}()
-	time.Sleep(20 * time.Millisecond) // most likely waiting by now; the test holds either way
-	q.ShutDown()
-	select {
-	case shutdown := <-done:
-		if !shutdown {
-			t.Fatal("Get returned an item from an empty queue")
+	synctest.Test(t, func(t *testing.T) {
+		q := New()
+		done := make(chan bool)
+		go func() {
+			_, shutdown := q.Get()
+			done <- shutdown
+		}()
+		synctest.Wait() // Get waits on the empty queue
+		q.ShutDown()
+		select {
+		case shutdown := <-done:
+			if !shutdown {
+				t.Fatal("Get returned an item from an empty queue")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Get still waits after ShutDown")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Get still waits after ShutDown")
-	}
+	})
 }
 
 func TestShutDownWithDrainWaitsForTheItemsHandedOut(t *testing.T) {

@@ -1,15 +1,16 @@
 package crilog
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -81,28 +82,39 @@ func TestOpenFollowsUntilTheContainerStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" {
+				lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	next := func(what string) string { // "" at the end
+		t.Helper()
+		return eventually.Receive(t, lines, 10*time.Second, what)
+	}
+	if got := next("the tail"); got != "third\n" {
+		t.Fatalf("the tail of one line is %q, want third", got)
+	}
+	// Written once the reader has read all there was.
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		_, _ = f.WriteString("2026-01-02T03:04:08Z stdout F fourth\n")
-		f.Close()
-		time.Sleep(200 * time.Millisecond)
-		stopped.Store(true)
-	}()
-	done := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- string(b)
-	}()
-	select {
-	case got := <-done:
-		if !strings.HasSuffix(got, "third\nfourth\n") || strings.Contains(got, "second") {
-			t.Errorf("followed %q", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("following did not end after the container stopped")
+	_, _ = f.WriteString("2026-01-02T03:04:08Z stdout F fourth\n")
+	f.Close()
+	if got := next("a line written later"); got != "fourth\n" {
+		t.Fatalf("followed %q, want fourth", got)
+	}
+	stopped.Store(true)
+	if got := next("the end once the container stopped"); got != "" {
+		t.Fatalf("after the container stopped, read %q, want the end", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 )
 
 // startEnv starts a cluster for one test and stops it at the end; when the test has
@@ -52,20 +54,14 @@ func run(t *testing.T, env *Env, name string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// eventually polls cond every 100ms until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+// waitUntil polls cond every 100ms until it holds, naming what in the failure once
+// timeout has passed.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	eventually.True(t, timeout, func() (bool, string) {
 		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s: still %s", timeout, what, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ok, what + ": still " + state
+	})
 }
 
 // jobState is the job's state as scontrol reports it, e.g. RUNNING or COMPLETED.
@@ -75,7 +71,7 @@ func jobState(t *testing.T, env *Env, id string) string {
 
 func waitCompleted(t *testing.T, env *Env, id string) {
 	t.Helper()
-	eventually(t, time.Minute, "job "+id+" completes", func() (bool, string) {
+	waitUntil(t, time.Minute, "job "+id+" completes", func() (bool, string) {
 		s := jobState(t, env, id)
 		switch s {
 		case "COMPLETED":
@@ -111,7 +107,7 @@ func TestJobsOutliveTheControllerGoingDown(t *testing.T) {
 	// A job that is running when the controller stops and ends while it is down.
 	release := filepath.Join(env.Dir, "release")
 	id := run(t, env, "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "while [ ! -e "+release+" ]; do sleep 0.1; done")
-	eventually(t, 30*time.Second, "job "+id+" runs", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "job "+id+" runs", func() (bool, string) {
 		s := jobState(t, env, id)
 		return s == "RUNNING", s
 	})
@@ -157,19 +153,19 @@ func TestSmallJobsRunSideBySide(t *testing.T) {
 			"--wrap", "touch "+started+"/$SLURM_JOB_ID; sleep 30")
 	}
 	list := strings.Join(ids, ",")
-	eventually(t, 30*time.Second, fmt.Sprintf("%d jobs run at once", n), func() (bool, string) {
+	waitUntil(t, 30*time.Second, fmt.Sprintf("%d jobs run at once", n), func() (bool, string) {
 		got := run(t, env, "squeue", "--noheader", "--jobs="+list, "--format=%T")
 		return strings.Count(got, "RUNNING") == n, strings.Join(strings.Fields(got), " ")
 	})
 	// Slurm's SIGTERM can miss a job cancelled while it is being launched, which then
 	// lingers until the SIGKILL KillWait (30s) later.
-	eventually(t, 30*time.Second, "job scripts start", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "job scripts start", func() (bool, string) {
 		entries, _ := os.ReadDir(started)
 		return len(entries) == n, fmt.Sprintf("%d of %d started", len(entries), n)
 	})
 
 	run(t, env, "scancel", ids...)
-	eventually(t, 30*time.Second, "jobs cancelled", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "jobs cancelled", func() (bool, string) {
 		got := run(t, env, "squeue", "--noheader", "--states=all", "--jobs="+list, "--format=%T")
 		return strings.Count(got, "CANCELLED") == n, strings.Join(strings.Fields(got), " ")
 	})
