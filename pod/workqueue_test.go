@@ -14,7 +14,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
@@ -52,7 +52,7 @@ func dispatchers() int {
 // waitFor polls cond until it holds, failing the test after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) { return cond(), "waiting for " + what })
+	eventually.True(t, 10*time.Second, func() (bool, string) { return cond(), "waiting for " + what })
 }
 
 // isDispatching reports whether a dispatcher of q runs.

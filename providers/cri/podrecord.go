@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/provider"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
 // This file holds what the provider knows of each pod and its containers, kept by
@@ -86,7 +87,7 @@ type ctrState struct {
 
 func newPodRecord(rp *provider.ResolvedPod, accepted time.Time) *podRecord {
 	rec := &podRecord{
-		key:      podKey(rp.Pod.Namespace, rp.Pod.Name),
+		key:      providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name),
 		uid:      rp.Pod.UID,
 		wake:     make(chan struct{}, 1),
 		pod:      rp.Pod,

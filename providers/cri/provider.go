@@ -62,7 +62,7 @@ const (
 type Provider struct {
 	nodeName string
 	// backoffs are the crash-loop and retry back-offs of every pod's sandbox
-	// and containers (sync.go).
+	// and containers (backoff.go).
 	backoffs *flowcontrol.Backoff
 	cfg      Config
 	log      *slog.Logger
@@ -159,9 +159,6 @@ func (p *Provider) podsDir() string              { return filepath.Join(p.cfg.Ro
 func (p *Provider) logsDir() string              { return filepath.Join(p.cfg.RootDir, "logs") }
 func (p *Provider) podDir(uid types.UID) string  { return filepath.Join(p.podsDir(), string(uid)) }
 func (p *Provider) podFile(uid types.UID) string { return filepath.Join(p.podDir(uid), "pod.json") }
-
-// podKey is providerutil.PodKey under the name sync.go calls it by.
-var podKey = providerutil.PodKey
 
 // CreatePod runs a pod that was not resolved: environment variables with a literal
 // value only, volumes without contents, no pull credentials.

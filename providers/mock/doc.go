@@ -1,5 +1,5 @@
 // Package mock is an in-memory provider that pretends to run pods. It is what
-// `vkubelet up` uses by default, and what the tests of the node and pod controllers,
+// `vkubeletctl up` uses by default, and what the tests of the node and pod controllers,
 // of the kubelet API and the 10,000-pod benchmark run against. It runs nothing: every
 // pod's status is a function of a few timestamps and the clock, so it is cheap (no
 // goroutine or timer per pod) and, with WithClock and a fake clock, deterministic.

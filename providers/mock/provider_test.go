@@ -516,7 +516,7 @@ func TestCountsOfAStoppedPodAreForgottenLater(t *testing.T) {
 	}
 }
 
-// The mock keeps a record per pod, and `vkubelet bench` counts it in the
+// The mock keeps a record per pod, and `vkubeletctl bench` counts it in the
 // node agent's memory per pod: a field added or moved carelessly puts every
 // record in the next size class up.
 func TestAPodRecordFitsItsSizeClass(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 //
 // The pod itself is kept packed (internal/compact/podpack), as the pod controller's cache
 // keeps it: the mock stands in for a back end that holds its pods elsewhere, and
-// `vkubelet bench` measures the node agent's memory with it, which a decoded copy
+// `vkubeletctl bench` measures the node agent's memory with it, which a decoded copy
 // per pod (several KiB) would swamp.
 type podRecord struct {
 	// key is namespace/name: the record's key in Provider.pods, one string for

@@ -97,7 +97,7 @@ func (cfg *Config) complete() error {
 	return nil
 }
 
-// TestCreateFlags are the CreateFlags of the tests and `vkubelet up --provider
+// TestCreateFlags are the CreateFlags of the tests and `vkubeletctl up --provider
 // slurm`: resource limits low enough that root without CAP_SYS_RESOURCE (as in
 // a container) may set them.
 var TestCreateFlags = []string{"--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096"}

@@ -19,6 +19,6 @@
 // allocation. The node's capacity comes from sinfo.
 //
 // The Slurm commands are the provider's only way to the cluster (cli.go); a test
-// cluster for the integration tests and `vkubelet up --provider slurm` is started
+// cluster for the integration tests and `vkubeletctl up --provider slurm` is started
 // by the subpackage slurmenv.
 package slurm

@@ -201,7 +201,7 @@ type Job struct {
 
 // PrepareJob writes a pod's directory under cfg.JobRoot as the provider does
 // before it submits the pod's job, and returns what to give sbatch: for tools
-// that measure the same jobs without vkubelet (vkubelet bench --provider slurm).
+// that measure the same jobs without vkubelet (vkubeletctl bench --provider slurm).
 func PrepareJob(rp *provider.ResolvedPod, cfg Config) (Job, error) {
 	if err := cfg.complete(); err != nil {
 		return Job{}, err

@@ -1,7 +1,7 @@
 // Package slurmenv gives the Slurm provider a real Slurm cluster to talk to: munged,
 // slurmctld and one slurmd, each with its own configuration, state, spool, logs and
 // munge key in a temporary directory, talking to each other over 127.0.0.1. The
-// provider's integration tests and `vkubelet up --provider slurm` use it; it is not
+// provider's integration tests and `vkubeletctl up --provider slurm` use it; it is not
 // a way to run a cluster for anything else.
 //
 // The node is the machine itself (its real CPUs and memory) and can declare GPUs
