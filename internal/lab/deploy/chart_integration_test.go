@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 // chartDir is charts/vkubelet, from this package's directory.
 func chartDir(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs("../../charts/vkubelet")
+	dir, err := filepath.Abs("../../../charts/vkubelet")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("../../deploy/vkubelet.yaml")
+	got, err := os.ReadFile("../../../deploy/vkubelet.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		tag   = "v0.0.0-dogfood"
 	)
 
-	module, err := filepath.Abs("../..")
+	module, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestTheImageIsReproducibleImportsIntoContainerdAndRuns(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	module, err := filepath.Abs("../..")
+	module, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
