@@ -107,7 +107,7 @@ func newProvidersCommand() *cobra.Command {
 		Short: "List the providers compiled in",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			for _, n := range registry.Names() {
+			for _, n := range registry.Builtin().Names() {
 				fmt.Fprintln(cmd.OutOrStdout(), n)
 			}
 		},
