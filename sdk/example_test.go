@@ -16,7 +16,7 @@ import (
 // built-in ones:
 //
 //	vkubelet-nowhere --provider nowhere --nodename edge-1 --kubeconfig ~/.kube/config
-//	vkubelet-nowhere providers   # cri, interlink, kube, mock, nowhere, remote, slurm
+//	vkubelet-nowhere providers   # nowhere, with the built-in ones
 //
 // examples/go-provider is a complete one, in a module of its own.
 func Example() {

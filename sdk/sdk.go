@@ -9,8 +9,8 @@
 // providers; provider serve (any of the program's providers, served over the
 // protocol); provider conformance; approve-csrs; version. --provider, and a
 // NodeSet's provider field, names one of the program's providers or one of
-// vkubelet's built-in ones (mock, cri, kube, remote, interlink, slurm), which
-// the node links in any case.
+// vkubelet's built-in ones (mock, remote, cri, kube, …), which the node links
+// in any case.
 //
 // A provider implements provider.PodLifecycleHandler and whichever optional
 // interfaces of package provider it can; the node finds those by type
