@@ -12,25 +12,29 @@ import (
 // container image, carries the node alone: none of the lab's packages
 // (internal/lab/..., and the private containerd and Slurm of crienv and
 // slurmenv), which are vkubeletctl's. It asks `go list -deps` for the packages
-// the command links, built as the image builds it and as `go build` does here.
+// the command links, built as the image builds it and as `go build` does here;
+// and the same of package sdk, whose programs are vkubelet with providers of
+// their own.
 func TestTheNodeBinaryLinksNoLabCode(t *testing.T) {
-	for _, cgo := range []string{"0", "1"} {
-		list := exec.Command("go", "list", "-deps", ".")
-		list.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-		out, err := list.Output()
-		if err != nil {
-			if ee, ok := err.(*exec.ExitError); ok {
-				t.Fatalf("go list -deps: %v\n%s", err, ee.Stderr)
+	for pkg, what := range map[string]string{".": "the node's binary", "github.com/vkubelet/vkubelet/sdk": "package sdk"} {
+		for _, cgo := range []string{"0", "1"} {
+			list := exec.Command("go", "list", "-deps", pkg)
+			list.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+			out, err := list.Output()
+			if err != nil {
+				if ee, ok := err.(*exec.ExitError); ok {
+					t.Fatalf("go list -deps %s: %v\n%s", pkg, err, ee.Stderr)
+				}
+				t.Fatal(err)
 			}
-			t.Fatal(err)
-		}
-		pkgs := strings.Fields(string(out))
-		if !slices.Contains(pkgs, "github.com/vkubelet/vkubelet/internal/process/agent") {
-			t.Fatalf("CGO_ENABLED=%s: go list -deps printed no node agent, so it lists something else:\n%s", cgo, out)
-		}
-		for _, p := range pkgs {
-			if strings.Contains(p, "/internal/lab/") || strings.HasSuffix(p, "/crienv") || strings.HasSuffix(p, "/slurmenv") {
-				t.Errorf("CGO_ENABLED=%s: the node's binary links %s, lab code (vkubeletctl's)", cgo, p)
+			pkgs := strings.Fields(string(out))
+			if !slices.Contains(pkgs, "github.com/vkubelet/vkubelet/internal/process/agent") {
+				t.Fatalf("CGO_ENABLED=%s: go list -deps %s printed no node agent, so it lists something else:\n%s", cgo, pkg, out)
+			}
+			for _, p := range pkgs {
+				if strings.Contains(p, "/internal/lab/") || strings.HasSuffix(p, "/crienv") || strings.HasSuffix(p, "/slurmenv") {
+					t.Errorf("CGO_ENABLED=%s: %s links %s, lab code (vkubeletctl's)", cgo, what, p)
+				}
 			}
 		}
 	}

@@ -94,7 +94,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.ServingCSRApprover, err = servingApprover(cfg); err != nil {
 		return nil, err
 	}
-	p, err := registry.New(ctx, cfg.Provider, registry.InitConfig{
+	providers := cfg.Providers
+	if providers == nil {
+		providers = registry.Builtin()
+	}
+	p, err := providers.New(ctx, cfg.Provider, registry.InitConfig{
 		NodeName: cfg.NodeName, ConfigPath: cfg.ProviderConfig, InternalIP: cfg.InternalIP, Logger: cfg.Logger,
 	})
 	if err != nil {

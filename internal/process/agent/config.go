@@ -8,14 +8,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/vkubelet/vkubelet/internal/process/registry"
 	"github.com/vkubelet/vkubelet/internal/process/tracing"
 )
 
 // Config is everything a node process is configured with; the CLI fills it from flags.
 type Config struct {
-	NodeName       string
+	NodeName string
+	// Provider names the node's provider in Providers; ProviderConfig is the
+	// path of its configuration file, "" for its defaults.
 	Provider       string
 	ProviderConfig string
+	// Providers are the providers Provider may name; nil: the built-in ones
+	// (registry.Builtin).
+	Providers *registry.Registry
 	// Kubeconfig is the path of the kubeconfig; "" uses in-cluster config.
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (in-process callers).

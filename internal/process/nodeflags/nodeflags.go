@@ -58,6 +58,7 @@ func Default() *Flags {
 		Config: agent.Config{
 			NodeName:        envOr("DEFAULT_NODE_NAME", strings.ToLower(hostname)),
 			Provider:        "mock",
+			Providers:       registry.Builtin(),
 			Kubeconfig:      os.Getenv("KUBECONFIG"),
 			OperatingSystem: "linux",
 			InternalIP:      ip,
@@ -97,6 +98,7 @@ func envOr(name, def string) string {
 }
 
 // Register defines the flags on fs, upstream virtual-kubelet's included.
+// --provider's help lists f.Config.Providers: set them first.
 func (f *Flags) Register(fs *pflag.FlagSet) {
 	c := &f.Config
 	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a NodeSet file (apiVersion vkubelet.io/v1alpha1) naming several nodes to run in this process, each with its provider, provider config, labels, taints and capacity; flags given on the command line win over the file's fields; SIGHUP applies a changed file")
@@ -106,7 +108,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.Election.RenewDeadline, "leader-elect-renew-deadline", f.Election.RenewDeadline, "a holder that cannot renew within this time gives its nodes up")
 	fs.DurationVar(&f.Election.RetryPeriod, "leader-elect-retry-period", f.Election.RetryPeriod, "how often replicas try to take a node")
 	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
-	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(registry.Names(), ", "))
+	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(c.Providers.Names(), ", "))
 	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the cluster to join ($KUBECONFIG; empty: in-cluster config); with --bootstrap-kubeconfig, used if it exists, else written after the TLS bootstrap")
 	fs.StringVar(&c.BootstrapKubeconfig, "bootstrap-kubeconfig", c.BootstrapKubeconfig, "as the kubelet's: authenticate as system:node:<nodename> with a client certificate kept in --cert-dir, asked for with this kubeconfig's credential (a bootstrap token) and renewed before it expires")

@@ -1,13 +1,16 @@
-// Package registry is the registry of the providers compiled into vkubelet: it maps
-// the --provider name to a constructor. Only the wiring (internal/process/agent) and the CLI
-// use it; the controllers know providers through the contract in package provider.
+// Package registry maps the --provider name to a provider's constructor: the
+// providers compiled into vkubelet (Builtin), and those a program built with
+// package sdk adds beside them. Only the wiring (internal/process/agent) and the
+// CLI use it; the controllers know providers through the contract in package
+// provider.
 package registry
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri"
@@ -29,7 +32,36 @@ type InitConfig struct {
 // Constructor builds a provider.
 type Constructor func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error)
 
-var registry = map[string]Constructor{
+// Registry is a set of providers by name. Its zero value has none; Builtin has
+// vkubelet's own. It is filled before the node starts and only read after, so
+// it needs no lock.
+type Registry struct {
+	ctors map[string]Constructor
+}
+
+// Builtin is a registry of the providers compiled into vkubelet, a new one at
+// each call, so that adding to it changes no one else's.
+func Builtin() *Registry {
+	return &Registry{ctors: maps.Clone(builtin)}
+}
+
+// Add registers ctor under name. A name already taken is an error: a NodeSet
+// file or a command line naming it would otherwise mean two things.
+func (r *Registry) Add(name string, ctor Constructor) error {
+	if ctor == nil {
+		return fmt.Errorf("provider %q: no constructor", name)
+	}
+	if _, ok := r.ctors[name]; ok {
+		return fmt.Errorf("provider %q is registered already", name)
+	}
+	if r.ctors == nil {
+		r.ctors = map[string]Constructor{}
+	}
+	r.ctors[name] = ctor
+	return nil
+}
+
+var builtin = map[string]Constructor{
 	"cri": func(ctx context.Context, cfg InitConfig) (provider.PodLifecycleHandler, error) {
 		cc, err := cri.LoadConfig(cfg.ConfigPath)
 		if err != nil {
@@ -87,20 +119,15 @@ var registry = map[string]Constructor{
 }
 
 // Names lists the registered providers, sorted.
-func Names() []string {
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+func (r *Registry) Names() []string {
+	return slices.Sorted(maps.Keys(r.ctors))
 }
 
 // New builds the named provider.
-func New(ctx context.Context, name string, cfg InitConfig) (provider.PodLifecycleHandler, error) {
-	ctor, ok := registry[name]
+func (r *Registry) New(ctx context.Context, name string, cfg InitConfig) (provider.PodLifecycleHandler, error) {
+	ctor, ok := r.ctors[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown provider %q (available: %v)", name, Names())
+		return nil, fmt.Errorf("unknown provider %q (available: %v)", name, r.Names())
 	}
 	p, err := ctor(ctx, cfg)
 	if err != nil {

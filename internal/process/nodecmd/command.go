@@ -1,8 +1,19 @@
-package main
+// Package nodecmd is vkubelet's node command line (cobra): run a node, or the
+// nodes of a NodeSet with leader election; providers; provider serve and
+// provider conformance; approve-csrs; version. Its flags are nodeflags'. It is
+// built around a provider registry: cmd/vkubelet runs it with the built-in
+// providers, package sdk with a program's own beside them, so the image's
+// binary and a provider author's go one code path. It is not the lab's command
+// (cmd/vkubeletctl) and links no lab code.
+package nodecmd
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -12,8 +23,22 @@ import (
 	"github.com/vkubelet/vkubelet/internal/version"
 )
 
-func newRootCommand() *cobra.Command {
-	f := nodeflags.Default()
+// Main runs cmd with the process's arguments until it ends or the process gets
+// SIGINT or SIGTERM, and exits non-zero, with the error on stderr, if it failed.
+// It is a program's main.
+func Main(cmd *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cmd.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vkubelet:", err)
+		os.Exit(1)
+	}
+}
+
+// New is the vkubelet command, whose --provider names one of providers.
+func New(providers *registry.Registry) *cobra.Command {
+	f := newFlags(providers)
 	cmd := &cobra.Command{
 		Use:   "vkubelet",
 		Short: "Run a virtual node: the Kubernetes API on top, a provider behind",
@@ -26,7 +51,8 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		RunE:         runNode(f),
 	}
 	f.Register(cmd.Flags())
-	cmd.AddCommand(newRunCommand(), newVersionCommand(), newProvidersCommand(), newProviderCommand(), newApproverCommand())
+	cmd.AddCommand(newRunCommand(providers), newVersionCommand(), newProvidersCommand(providers),
+		newProviderCommand(providers), newApproverCommand())
 	for _, name := range []string{"up", "bench", "controlplane"} {
 		cmd.AddCommand(newMovedCommand(name))
 	}
@@ -35,8 +61,8 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 
 // newRunCommand is `vkubelet run`: the same as vkubelet alone, named for the
 // NodeSet case (vkubelet run --config nodes.yaml).
-func newRunCommand() *cobra.Command {
-	f := nodeflags.Default()
+func newRunCommand(providers *registry.Registry) *cobra.Command {
+	f := newFlags(providers)
 	cmd := &cobra.Command{
 		Use:          "run",
 		Short:        "Run a virtual node, or with --config the nodes of a NodeSet file (the same as vkubelet alone)",
@@ -46,6 +72,13 @@ func newRunCommand() *cobra.Command {
 	}
 	f.Register(cmd.Flags())
 	return cmd
+}
+
+// newFlags is the node flags' defaults, with the providers --provider may name.
+func newFlags(providers *registry.Registry) *nodeflags.Flags {
+	f := nodeflags.Default()
+	f.Config.Providers = providers
+	return f
 }
 
 // runNode runs the node of the flags, or the nodes of --config.
@@ -101,13 +134,13 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
-func newProvidersCommand() *cobra.Command {
+func newProvidersCommand(providers *registry.Registry) *cobra.Command {
 	return &cobra.Command{
 		Use:   "providers",
 		Short: "List the providers compiled in",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			for _, n := range registry.Names() {
+			for _, n := range providers.Names() {
 				fmt.Fprintln(cmd.OutOrStdout(), n)
 			}
 		},

@@ -1,4 +1,4 @@
-package main
+package nodecmd
 
 import (
 	"crypto/tls"
@@ -19,7 +19,7 @@ import (
 	"github.com/vkubelet/vkubelet/providers/remote/conformance"
 )
 
-func newProviderCommand() *cobra.Command {
+func newProviderCommand(providers *registry.Registry) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "provider",
 		Short: "Run a provider as a process of its own, behind the provider protocol",
@@ -44,7 +44,7 @@ nothing. It stops on SIGINT or SIGTERM.`,
 				return err
 			}
 			ctx := cmd.Context()
-			p, err := registry.New(ctx, name, registry.InitConfig{NodeName: node, ConfigPath: config, Logger: log})
+			p, err := providers.New(ctx, name, registry.InitConfig{NodeName: node, ConfigPath: config, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ nothing. It stops on SIGINT or SIGTERM.`,
 		},
 	}
 	f := serve.Flags()
-	f.StringVar(&name, "provider", "mock", "the provider to serve: "+strings.Join(registry.Names(), ", "))
+	f.StringVar(&name, "provider", "mock", "the provider to serve: "+strings.Join(providers.Names(), ", "))
 	f.StringVar(&config, "provider-config", "", "its configuration file")
 	f.StringVar(&node, "nodename", "vkubelet", "the node the provider runs pods for")
 	f.StringVar(&listen, "listen", "", "unix:///path/to.sock, or host:port (TCP; give --tls-cert-file unless on loopback)")
