@@ -164,12 +164,20 @@ func (a *Adapter) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	return podErr(pod, a.p.CreatePod(ctx, pod))
 }
 
-// UpdatePod hands pod to the provider as it is; see CreatePod.
+// UpdatePod hands pod to the provider; see CreatePod. Upstream's node always
+// handed over the API's pod, status included, and some providers (upstream's
+// mock) keep the pod they are given as their record of it: a pod that comes
+// without a status gets the provider's own.
 func (a *Adapter) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := a.track(ctx, pod); err != nil {
 		return err
 	}
 	defer a.serialize()()
+	if pod.Status.Phase == "" {
+		if st, err := a.p.GetPodStatus(ctx, pod.Namespace, pod.Name); err == nil && st != nil {
+			pod.Status = *st.DeepCopy()
+		}
+	}
 	return podErr(pod, a.p.UpdatePod(ctx, pod))
 }
 

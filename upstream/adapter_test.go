@@ -112,6 +112,20 @@ func TestPodsReturnedAreCopies(t *testing.T) {
 	}
 }
 
+func TestAnUpdateWithoutAStatusCarriesTheProviders(t *testing.T) {
+	running := testPod("a")
+	running.Status.Phase = corev1.PodRunning
+	f := fakeWith(running)
+	update := testPod("a")
+	update.Labels = map[string]string{"changed": "yes"}
+	if err := wrap(t, f, nil, Config{}).UpdatePod(context.Background(), update); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.pods["ns/a"]; got.Labels["changed"] != "yes" || got.Status.Phase != corev1.PodRunning {
+		t.Errorf("the provider keeps labels %v, phase %q; want the update's labels and its own status", got.Labels, got.Status.Phase)
+	}
+}
+
 func TestTheResolvedEnvironmentReachesTheProviderInEnv(t *testing.T) {
 	f := newFake()
 	a := wrap(t, f, nil, Config{}).(provider.ResolvedPodHandler)

@@ -12,7 +12,8 @@
 //
 // What the adapter does for an upstream provider, as upstream's node did:
 //   - pods reach CreatePod and UpdatePod with their environment resolved into
-//     each container's env (envFrom emptied), from vkubelet's resolution;
+//     each container's env (envFrom emptied), from vkubelet's resolution, and
+//     UpdatePod with a status (the provider's own if the pod came without one);
 //   - the listers of nodeutil.ProviderConfig are served: the node's pods and the
 //     Services from informers started on first use, and each ConfigMap and Secret
 //     that a pod handed to the provider references from a watch of that object
