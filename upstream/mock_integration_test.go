@@ -96,7 +96,11 @@ func buildUpstreamMock() (string, []byte, error) {
 		return "", nil, err
 	}
 	bin := filepath.Join(dir, "upstreammock")
-	args := []string{"go", "build", "-o", bin, "."}
+	args := []string{"go", "build", "-o", bin}
+	if raceEnabled { // the adapter's calls into the mock checked for races too
+		args = append(args, "-race")
+	}
+	args = append(args, ".")
 	if nice, err := exec.LookPath("nice"); err == nil {
 		args = append([]string{nice, "-n", "10"}, args...)
 	}
@@ -126,7 +130,10 @@ func serveUpstreamMock(t *testing.T, node string) string {
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil || t.Failed() {
+		err := cmd.Wait()
+		if strings.Contains(stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("a data race in upstream's mock behind the adapter:\n%s", stderr.String())
+		} else if err != nil || t.Failed() {
 			t.Logf("upstream's mock behind the adapter (%v):\n%s", err, stderr.String())
 		}
 	})
