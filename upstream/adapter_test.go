@@ -467,3 +467,35 @@ type causeOnly struct{ cause error }
 
 func (c causeOnly) Error() string { return "looking: " + c.cause.Error() }
 func (c causeOnly) Cause() error  { return c.cause }
+
+func TestPortForwardStatsAndMetricsAreTheProviders(t *testing.T) {
+	a := wrap(t, newFake(), nil, Config{}).(*Adapter)
+	ctx := context.Background()
+	stream := &loopback{}
+	stream.in.WriteString("ping")
+	if err := a.PortForward(ctx, "ns", "a", 8080, stream); err != nil || stream.out.String() != "ping" {
+		t.Errorf("port-forward echoed %q, %v", stream.out.String(), err)
+	}
+	if s, err := a.GetStatsSummary(ctx); err != nil || s.Node.NodeName != "fake" {
+		t.Errorf("stats summary %+v, %v", s, err)
+	}
+	if _, err := a.GetMetricsResource(ctx); err != nil {
+		t.Errorf("metrics: %v", err)
+	}
+}
+
+// loopback is a port-forward stream: what is read from in, what is written to out.
+type loopback struct{ in, out strings.Builder }
+
+func (l *loopback) Read(p []byte) (int, error) {
+	if l.in.Len() == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, l.in.String())
+	rest := l.in.String()[n:]
+	l.in.Reset()
+	l.in.WriteString(rest)
+	return n, nil
+}
+func (l *loopback) Write(p []byte) (int, error) { return l.out.Write(p) }
+func (l *loopback) Close() error                { return nil }
