@@ -307,6 +307,9 @@ func (a *Adapter) NotifyNodeStatus(ctx context.Context, notify func(*corev1.Node
 func (a *Adapter) ConfigureNode(ctx context.Context, n *corev1.Node) {
 	if a.node != nil {
 		configureFrom(n, a.node)
+		if set, own := a.node.Status.DaemonEndpoints.KubeletEndpoint.Port, n.Status.DaemonEndpoints.KubeletEndpoint.Port; set != 0 && set != own {
+			a.log.Info("the upstream provider's kubelet port is not advertised: the node's own is", "provider", set, "node", own)
+		}
 	}
 	if a.configurer != nil {
 		a.configurer.ConfigureNode(ctx, n)

@@ -10,7 +10,7 @@
 // node.PodNotifier), NodeProvider, NodeConfigurer, ResolvedPodHandler, logs,
 // exec, attach, port-forward, stats summary and resource metrics.
 //
-// What the adapter does for an upstream provider, as upstream's node did:
+// What the adapter does for an upstream provider:
 //   - pods reach CreatePod and UpdatePod with their environment resolved into
 //     each container's env (envFrom emptied), from vkubelet's resolution, and
 //     UpdatePod with a status (the provider's own if the pod came without one);
