@@ -14,7 +14,8 @@ import (
 // slurmenv), which are vkubeletctl's. It asks `go list -deps` for the packages
 // the command links, built as the image builds it and as `go build` does here;
 // and the same of package sdk, whose programs are vkubelet with providers of
-// their own.
+// their own. Neither links upstream virtual-kubelet's library, which only a
+// program bringing an upstream provider (package upstream) needs.
 func TestTheNodeBinaryLinksNoLabCode(t *testing.T) {
 	for pkg, what := range map[string]string{".": "the node's binary", "github.com/vkubelet/vkubelet/sdk": "package sdk"} {
 		for _, cgo := range []string{"0", "1"} {
@@ -34,6 +35,11 @@ func TestTheNodeBinaryLinksNoLabCode(t *testing.T) {
 			for _, p := range pkgs {
 				if strings.Contains(p, "/internal/lab/") || strings.HasSuffix(p, "/crienv") || strings.HasSuffix(p, "/slurmenv") {
 					t.Errorf("CGO_ENABLED=%s: %s links %s, lab code (vkubeletctl's)", cgo, what, p)
+				}
+				// The adapter of upstream virtual-kubelet's providers is a library
+				// for programs that bring one; the node does not carry upstream.
+				if p == "github.com/vkubelet/vkubelet/upstream" || strings.HasPrefix(p, "github.com/virtual-kubelet/virtual-kubelet") {
+					t.Errorf("CGO_ENABLED=%s: %s links %s, upstream virtual-kubelet's adapter or library", cgo, what, p)
 				}
 			}
 		}
