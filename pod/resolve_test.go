@@ -16,6 +16,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -172,10 +173,16 @@ func TestConfigMapChangeIsHandedToUpdatePodVolumes(t *testing.T) {
 	if _, err := f.client.CoreV1().ConfigMaps("ns").Update(f.ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitStale("ns/a")
-	if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
-		t.Fatal(err)
-	}
+	// The pod can be marked stale before the resolver's watch has brought the
+	// change (by the watch's first listing of the ConfigMap): that sync finds
+	// nothing new and hands nothing over. The change itself marks it again.
+	eventually.True(t, 5*time.Second, func() (bool, string) {
+		f.waitStale("ns/a")
+		if err := f.c.syncHandler(f.ctx, "ns/a"); err != nil {
+			t.Fatal(err)
+		}
+		return len(prov.volumeUpdates()) > 0, "no volume update handed over"
+	})
 	ups := prov.volumeUpdates()
 	if len(ups) != 1 || fileData(ups[0], "api", "k") != "v2" || fileData(ups[0], "api", "token") != "t1" {
 		t.Fatalf("volume updates = %v, want one with k=v2 and the same token", ups)
