@@ -57,8 +57,8 @@ type ProviderConfig struct {
 	// listers package upstream serves (upstream.Config.Client). It is the
 	// node's credential: under a node identity (--bootstrap-kubeconfig, or a
 	// system:node:<name> certificate) the Node authorizer limits it to what the
-	// node may read: its pods, the ConfigMaps, Secrets and volumes they
-	// reference, Services, its own Node. In a NodeSet whose nodes share one
+	// node may read: its pods, the ConfigMaps and Secrets they reference,
+	// Services, its own Node. In a NodeSet whose nodes share one
 	// credential it is that shared client, with that credential's rights. nil
 	// under provider serve, which runs no node. A provider still reports pods
 	// and statuses to the node, which writes them: the client is for reading.

@@ -29,10 +29,11 @@ type InitConfig struct {
 	NodeName   string
 	ConfigPath string // --provider-config; "" for defaults
 	InternalIP string // the node's address, for providers that report host IPs
-	// Client is the node's own API client, for a provider that reads the API
-	// (an upstream provider's listers): under a node identity the Node
-	// authorizer limits it to what the node may read. nil where no node runs
-	// (provider serve). The built-in providers do not use it.
+	// Client is the node's API client, for a provider that reads the API (an
+	// upstream provider's listers): under a node identity the Node authorizer
+	// limits it to what the node may read; the NodeSet's shared client for
+	// nodes that share one credential; nil where no node runs (provider
+	// serve). The built-in providers do not use it.
 	Client kubernetes.Interface
 	Logger *slog.Logger
 }
