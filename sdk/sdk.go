@@ -31,6 +31,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/vkubelet/vkubelet/internal/process/nodecmd"
 	"github.com/vkubelet/vkubelet/internal/process/registry"
@@ -51,6 +52,17 @@ type ProviderConfig struct {
 	// InternalIP is the node's address (--address), for a provider that reports
 	// it as its pods' hostIP; "" under provider serve, which runs no node.
 	InternalIP string
+	// Client is the node's own API client, for a provider that reads the API,
+	// such as an upstream virtual-kubelet provider whose ProviderConfig
+	// listers package upstream serves (upstream.Config.Client). It is the
+	// node's credential: under a node identity (--bootstrap-kubeconfig, or a
+	// system:node:<name> certificate) the Node authorizer limits it to what the
+	// node may read: its pods, the ConfigMaps and Secrets they reference,
+	// Services, its own Node. In a NodeSet whose nodes share one
+	// credential it is that shared client, with that credential's rights. nil
+	// under provider serve, which runs no node. A provider still reports pods
+	// and statuses to the node, which writes them: the client is for reading.
+	Client kubernetes.Interface
 	// Logger is the process's logger (--log-level, --log-format), for the
 	// provider to log through.
 	Logger *slog.Logger

@@ -83,4 +83,7 @@ func TestAProviderIsBuiltWithTheFlagsOfItsNode(t *testing.T) {
 	if got.NodeName != "edge-1" || got.ConfigPath != "/etc/edge.json" || got.Logger == nil {
 		t.Errorf("the constructor got %+v, want node edge-1, config /etc/edge.json and a logger", got)
 	}
+	if got.Client != nil {
+		t.Errorf("the constructor got a client under provider serve, which runs no node")
+	}
 }

@@ -30,30 +30,48 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, controlplane.Config{ControllerManager: true})
 }
 
-var (
-	buildOnce sync.Once
-	built     string
-	buildErr  error
-	buildOut  []byte
-)
+// scratchProgram is a program built, once per test binary, in a scratch module
+// with upstream's mock (see build).
+type scratchProgram struct {
+	// main is the program's main.go, in testdata.
+	main string
 
-// upstreamMock builds testdata/upstreammock, the adapter serving upstream
-// virtual-kubelet's own mock provider over vkubelet's provider protocol, with the
-// mock's source copied unchanged from the module cache. The mock is in an
-// internal package of upstream's module, so it is compiled in a scratch module
-// (this one's requirements, this repository replacing vkubelet's module) rather
-// than imported.
-func upstreamMock(t *testing.T) string {
-	t.Helper()
-	testenv.ControlPlane(t) // skips under -short
-	buildOnce.Do(func() { built, buildOut, buildErr = buildUpstreamMock() })
-	if buildErr != nil {
-		t.Fatalf("building upstream's mock behind the adapter: %v\n%s", buildErr, buildOut)
-	}
-	return built
+	once sync.Once
+	bin  string
+	out  []byte
+	err  error
 }
 
-func buildUpstreamMock() (string, []byte, error) {
+var (
+	// upstreamMockServer serves upstream's mock behind the adapter over
+	// vkubelet's provider protocol.
+	upstreamMockServer = &scratchProgram{main: "upstream/testdata/upstreammock/main.go.txt"}
+	// upstreamMockNode is a vkubelet of its own (package sdk) with upstream's
+	// mock behind the adapter compiled in.
+	upstreamMockNode = &scratchProgram{main: "upstream/testdata/upstreamsdk/main.go.txt"}
+)
+
+// build builds the program once and returns its binary; it skips the test
+// under -short, as the programs are only run against the control plane.
+//
+// The program's main is compiled with upstream virtual-kubelet's mock provider,
+// its source copied unchanged from the module cache into the package
+// upstreammock/mock. The mock is in an internal package of upstream's module, so
+// it is compiled in a scratch module (this one's requirements, this repository
+// replacing vkubelet's module) rather than imported.
+func (p *scratchProgram) build(t *testing.T) string {
+	t.Helper()
+	testenv.ControlPlane(t) // skips under -short
+	p.once.Do(func() { p.bin, p.out, p.err = buildScratch(p.main) })
+	if p.err != nil {
+		t.Fatalf("building %s with upstream's mock: %v\n%s", p.main, p.err, p.out)
+	}
+	return p.bin
+}
+
+// buildScratch builds main (a path in this repository) with upstream's mock in a
+// scratch module, and returns the binary's path.
+func buildScratch(main string) (string, []byte, error) {
 	repo, err := filepath.Abs("..")
 	if err != nil {
 		return "", nil, err
@@ -77,7 +95,7 @@ func buildUpstreamMock() (string, []byte, error) {
 	goMod = append(goMod, []byte("\nrequire github.com/vkubelet/vkubelet v0.0.0-00010101000000-000000000000\n\nreplace github.com/vkubelet/vkubelet => "+repo+"\n")...)
 	files := map[string]string{
 		"mock/mock.go": filepath.Join(strings.TrimSpace(string(modDir)), "cmd/virtual-kubelet/internal/provider/mock/mock.go"),
-		"main.go":      filepath.Join(repo, "upstream/testdata/upstreammock/main.go.txt"),
+		"main.go":      filepath.Join(repo, main),
 		"go.sum":       filepath.Join(repo, "go.sum"),
 	}
 	for to, from := range files {
@@ -115,7 +133,7 @@ func buildUpstreamMock() (string, []byte, error) {
 // on a unix socket, until the test ends; it returns the socket's endpoint.
 func serveUpstreamMock(t *testing.T, node string) string {
 	t.Helper()
-	bin := upstreamMock(t)
+	bin := upstreamMockServer.build(t)
 	dir, err := os.MkdirTemp("", "vku") // unix socket paths are short
 	if err != nil {
 		t.Fatal(err)

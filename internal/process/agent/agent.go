@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		providers = registry.Builtin()
 	}
 	p, err := providers.New(ctx, cfg.Provider, registry.InitConfig{
-		NodeName: cfg.NodeName, ConfigPath: cfg.ProviderConfig, InternalIP: cfg.InternalIP, Logger: cfg.Logger,
+		NodeName: cfg.NodeName, ConfigPath: cfg.ProviderConfig, InternalIP: cfg.InternalIP, Client: client, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -24,6 +24,8 @@ import (
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
+	"github.com/vkubelet/vkubelet/internal/process/registry"
+	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
@@ -64,6 +66,26 @@ func running(pods []corev1.Pod, node string) int {
 		}
 	}
 	return n
+}
+
+// A provider is built with the node's own client, the one the node's
+// controllers use, for a provider that reads the API (package upstream's
+// listers).
+func TestAProviderIsBuiltWithTheNodesClient(t *testing.T) {
+	var got kubernetes.Interface
+	providers := registry.Builtin()
+	if err := providers.Add("reads-the-api", func(_ context.Context, cfg registry.InitConfig) (provider.PodLifecycleHandler, error) {
+		got = cfg.Client
+		return mock.New(mock.Config{}, cfg.NodeName)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := startNode(t, "vk-provider-client", mock.Config{}, func(cfg *agent.Config) {
+		cfg.Provider, cfg.ProviderConfig, cfg.Providers = "reads-the-api", "", providers
+	})
+	if got == nil || got != n.Client() {
+		t.Errorf("the provider was built with client %v, want the node's, %v", got, n.Client())
+	}
 }
 
 func TestDeploymentRunsOnVirtualNodeAndScalesToZero(t *testing.T) {

@@ -44,6 +44,8 @@ nothing. It stops on SIGINT or SIGTERM.`,
 				return err
 			}
 			ctx := cmd.Context()
+			// No Client: serve runs no node and has no credential of one; the
+			// node the provider is served to keeps its own.
 			p, err := providers.New(ctx, name, registry.InitConfig{NodeName: node, ConfigPath: config, Logger: log})
 			if err != nil {
 				return err

@@ -12,6 +12,8 @@ import (
 	"maps"
 	"slices"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/interlink"
@@ -21,12 +23,19 @@ import (
 	"github.com/vkubelet/vkubelet/providers/slurm"
 )
 
-// InitConfig is what a provider constructor gets from the command line.
+// InitConfig is what a provider constructor gets from the command line and
+// the node.
 type InitConfig struct {
 	NodeName   string
 	ConfigPath string // --provider-config; "" for defaults
 	InternalIP string // the node's address, for providers that report host IPs
-	Logger     *slog.Logger
+	// Client is the node's API client, for a provider that reads the API (an
+	// upstream provider's listers): under a node identity the Node authorizer
+	// limits it to what the node may read; the NodeSet's shared client for
+	// nodes that share one credential; nil where no node runs (provider
+	// serve). The built-in providers do not use it.
+	Client kubernetes.Interface
+	Logger *slog.Logger
 }
 
 // Constructor builds a provider.

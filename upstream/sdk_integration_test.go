@@ -1,0 +1,105 @@
+package upstream_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+)
+
+// Upstream virtual-kubelet's own mock provider, its source unchanged, compiled
+// into a vkubelet of its own (package sdk) through the adapter, runs a node: the
+// adapter is built with the node's client the SDK hands the provider
+// (ProviderConfig.Client; upstream.New refuses to build without one), the node
+// is configured as the mock configures it, a pod that takes its environment from
+// a ConfigMap (which the adapter's listers watch) reaches Running, and a deleted
+// pod goes.
+//
+// The node runs on the control plane's admin credential, not a node identity:
+// the mock labels its node alpha.service-controller.kubernetes.io/exclude-balancer,
+// which NodeRestriction forbids a node to set on itself. The listers under a
+// node identity are TestTheListersReadWithANodesIdentity's.
+func TestUpstreamsMockCompiledInThroughTheSDKRunsANode(t *testing.T) {
+	const node = "upstream-mock-sdk"
+	bin := upstreamMockNode.build(t)
+	cp := testenv.ControlPlane(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+
+	dir := t.TempDir()
+	stderr := &syncBuffer{}
+	run := exec.Command(bin, "--provider", "upstream-mock", "--nodename", node, "--address", "127.0.0.1",
+		"--kubeconfig", cp.KubeconfigPath, "--cert-dir", filepath.Join(dir, "certs"),
+		"--kubelet-port", "0", "--self-signed-serving-cert", "--log-level", "debug")
+	run.Stdout, run.Stderr = stderr, stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	t.Cleanup(func() {
+		_ = run.Process.Signal(syscall.SIGTERM)
+		var err error
+		select {
+		case err = <-exited:
+		case <-time.After(30 * time.Second):
+			_ = run.Process.Kill()
+			err = <-exited
+		}
+		if strings.Contains(stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("a data race in the node with upstream's mock compiled in:\n%s", stderr.String())
+		} else if err != nil {
+			t.Errorf("the node with upstream's mock compiled in did not stop cleanly on SIGTERM (%v):\n%s", err, stderr.String())
+		} else if t.Failed() {
+			t.Logf("the node with upstream's mock compiled in:\n%s", stderr.String())
+		}
+		_ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
+
+	// The node registers, configured by the mock: its capacity and labels
+	// (its Ready condition is the mock's own, False: the test does not wait for it).
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods := n.Status.Capacity[corev1.ResourcePods]
+		return pods.Value() == 20 && n.Labels["alpha.service-controller.kubernetes.io/exclude-balancer"] == "true",
+			fmt.Sprintf("capacity %s pods, labels %v, want the mock's 20 pods and its labels", pods.String(), n.Labels)
+	})
+
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
+		Data: map[string]string{"greeting": "hi"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "up"},
+		Spec: corev1.PodSpec{NodeName: node, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}}}},
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitPhase(t, ns, "up", corev1.PodRunning)
+
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "up", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, "up", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "the pod is still in the API"
+	})
+}
