@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,6 +103,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if refused := refusedLabels(cfg.Labels); cfg.AsNode && len(refused) > 0 {
+		// As the kubelet refuses such --node-labels: the operator asked for them.
+		return cfg, fmt.Errorf("node %s: a node may not set the labels %s on itself (the NodeRestriction admission plugin refuses them); set them with another credential, or use a prefix outside kubernetes.io and k8s.io", cfg.NodeName, strings.Join(refused, ", "))
 	}
 	switch {
 	case cfg.LeaseDuration < time.Second:

@@ -16,6 +16,14 @@ func (c *Controller) configure(ctx context.Context) {
 	n := desiredNode(c.cfg)
 	if c.configurer != nil {
 		c.configurer.ConfigureNode(ctx, n)
+		if c.cfg.AsNode {
+			// The provider cannot know the node's credential: what it set that
+			// NodeRestriction refuses is left out, rather than the node never
+			// registered.
+			if dropped := dropRefusedLabels(n.Labels); len(dropped) > 0 {
+				c.log.Warn("labels the provider set are left out: a node may not set them on itself (NodeRestriction)", "labels", dropped)
+			}
+		}
 	}
 	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
 	withOperatorSettings(n, c.cfg)

@@ -3,6 +3,7 @@ package upstream_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
@@ -25,10 +27,11 @@ import (
 // a ConfigMap (which the adapter's listers watch) reaches Running, and a deleted
 // pod goes.
 //
-// The node runs on the control plane's admin credential, not a node identity:
-// the mock labels its node alpha.service-controller.kubernetes.io/exclude-balancer,
-// which NodeRestriction forbids a node to set on itself. The listers under a
-// node identity are TestTheListersReadWithANodesIdentity's.
+// The node runs under its own identity (system:node:<name>, by TLS bootstrap, as
+// in a cluster): the adapter's listers read with the node's client, and the
+// label the mock sets on its node that NodeRestriction forbids a node to set
+// on itself (alpha.service-controller.kubernetes.io/exclude-balancer) is left
+// out, so that the node registers.
 func TestUpstreamsMockCompiledInThroughTheSDKRunsANode(t *testing.T) {
 	const node = "upstream-mock-sdk"
 	bin := upstreamMockNode.build(t)
@@ -38,9 +41,17 @@ func TestUpstreamsMockCompiledInThroughTheSDKRunsANode(t *testing.T) {
 	ctx := context.Background()
 
 	dir := t.TempDir()
+	bootstrap, err := cp.NodeBootstrapKubeconfig(ctx, filepath.Join(dir, "bootstrap.kubeconfig"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.RunNodeApprover(t.Context(), []string{node}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
+		t.Fatal(err)
+	}
 	stderr := &syncBuffer{}
 	run := exec.Command(bin, "--provider", "upstream-mock", "--nodename", node, "--address", "127.0.0.1",
-		"--kubeconfig", cp.KubeconfigPath, "--cert-dir", filepath.Join(dir, "certs"),
+		"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(dir, "node.kubeconfig"),
+		"--cert-dir", filepath.Join(dir, "certs"),
 		"--kubelet-port", "0", "--self-signed-serving-cert", "--log-level", "debug")
 	run.Stdout, run.Stderr = stderr, stderr
 	if err := run.Start(); err != nil {
@@ -67,17 +78,23 @@ func TestUpstreamsMockCompiledInThroughTheSDKRunsANode(t *testing.T) {
 		_ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 	})
 
-	// The node registers, configured by the mock: its capacity and labels
-	// (its Ready condition is the mock's own, False: the test does not wait for it).
+	// The node registers, configured by the mock: its capacity, without the
+	// label a node may not set on itself, which the node says it left out (its
+	// Ready condition is the mock's own, False: the test does not wait for it).
+	const refused = "alpha.service-controller.kubernetes.io/exclude-balancer"
 	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		pods := n.Status.Capacity[corev1.ResourcePods]
-		return pods.Value() == 20 && n.Labels["alpha.service-controller.kubernetes.io/exclude-balancer"] == "true",
-			fmt.Sprintf("capacity %s pods, labels %v, want the mock's 20 pods and its labels", pods.String(), n.Labels)
+		_, has := n.Labels[refused]
+		return pods.Value() == 20 && !has,
+			fmt.Sprintf("capacity %s pods, labels %v, want the mock's 20 pods and no %s", pods.String(), n.Labels, refused)
 	})
+	if !strings.Contains(stderr.String(), refused) {
+		t.Errorf("the node did not say it left out %s", refused)
+	}
 
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
 		Data: map[string]string{"greeting": "hi"}}, metav1.CreateOptions{}); err != nil {
