@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/vkubelet/vkubelet/internal/version"
@@ -19,17 +17,6 @@ vkubelet command.`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // main prints them, once
 	}
-	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), newVersionCommand())
+	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), version.Command("vkubeletctl"))
 	return cmd
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "vkubeletctl %s (Kubernetes %s)\n", version.Version, version.KubernetesVersion)
-		},
-	}
 }

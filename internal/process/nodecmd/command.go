@@ -51,7 +51,7 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 		RunE:         runNode(f),
 	}
 	f.Register(cmd.Flags())
-	cmd.AddCommand(newRunCommand(providers), newVersionCommand(), newProvidersCommand(providers),
+	cmd.AddCommand(newRunCommand(providers), version.Command("vkubelet"), newProvidersCommand(providers),
 		newProviderCommand(providers), newApproverCommand())
 	for _, name := range []string{"up", "bench", "controlplane"} {
 		cmd.AddCommand(newMovedCommand(name))
@@ -119,17 +119,6 @@ func newMovedCommand(name string) *cobra.Command {
 		RunE: func(_ *cobra.Command, args []string) error {
 			return fmt.Errorf("%s is in vkubeletctl, the lab's command (the node's binary carries only the node): run vkubeletctl %s",
 				name, strings.Join(append([]string{name}, args...), " "))
-		},
-	}
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "vkubelet %s (Kubernetes %s)\n", version.Version, version.KubernetesVersion)
 		},
 	}
 }
