@@ -140,7 +140,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", c.Tracing.Endpoint, "host:port of an OTLP/gRPC receiver for traces of pod syncs, provider calls and status writes; empty: $OTEL_EXPORTER_OTLP_ENDPOINT, and off without it")
 	fs.BoolVar(&c.Tracing.Insecure, "tracing-insecure", c.Tracing.Insecure, "send traces over plaintext gRPC (a collector on the same host)")
 	fs.Float64Var(&c.Tracing.SamplingRatio, "tracing-sampling-ratio", c.Tracing.SamplingRatio, "fraction of pod traces recorded, 0 to 1; negative: $OTEL_TRACES_SAMPLER decides (default: all)")
-	fs.StringVar(&f.LogLevel, "log-level", f.LogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&f.LogLevel, "log-level", f.LogLevel, "log level: trace, debug, info, warn, error (upstream virtual-kubelet's warning, fatal and panic too)")
 	fs.StringVar(&f.LogFormat, "log-format", f.LogFormat, "log format: text (key=value) or json (one object a line)")
 	f.upstream.register(fs, f)
 }
@@ -161,9 +161,9 @@ func (f *Flags) Logger() (*slog.Logger, error) {
 
 // NewLogger is a logger writing to w at level in format ("text" or "json").
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+	lv, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -174,6 +174,26 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
+}
+
+// parseLevel reads --log-level: slog's levels (debug, info, warn, error, also
+// with an offset such as debug-4), and upstream virtual-kubelet's (logrus's)
+// names with their meaning: trace is more than debug, warning is warn, fatal
+// and panic log errors only, since vkubelet logs nothing above error.
+func parseLevel(level string) (slog.Level, error) {
+	switch strings.ToLower(level) {
+	case "trace":
+		return slog.LevelDebug - 4, nil
+	case "warning":
+		return slog.LevelWarn, nil
+	case "fatal", "panic":
+		return slog.LevelError, nil
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want trace, debug, info, warn (warning), error, fatal or panic", level)
+	}
+	return lv, nil
 }
 
 // Apply checks the upstream virtual-kubelet flags given on fs (the flag set

@@ -2,7 +2,9 @@ package nodeflags
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -38,5 +40,34 @@ func TestJSONLogsCarryKlogLinesOfTheKubernetesLibraries(t *testing.T) {
 func TestAnUnknownLogFormatIsRefused(t *testing.T) {
 	if _, err := NewLogger(&bytes.Buffer{}, "info", "yaml"); err == nil || !strings.Contains(err.Error(), "--log-format") {
 		t.Errorf("err = %v, want one naming --log-format", err)
+	}
+}
+
+// --log-level takes slog's levels and upstream virtual-kubelet's names with
+// their meaning, and refuses others saying what it takes.
+func TestLogLevelsOfSlogAndUpstream(t *testing.T) {
+	for level, want := range map[string]slog.Level{
+		"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError,
+		"DEBUG": slog.LevelDebug, "debug-4": slog.LevelDebug - 4,
+		"trace": slog.LevelDebug - 4, "warning": slog.LevelWarn, "Warning": slog.LevelWarn,
+		"fatal": slog.LevelError, "panic": slog.LevelError,
+	} {
+		got, err := parseLevel(level)
+		if err != nil || got != want {
+			t.Errorf("parseLevel(%q) = %v, %v; want %v", level, got, err, want)
+		}
+	}
+	if _, err := parseLevel("verbose"); err == nil || !strings.Contains(err.Error(), "trace, debug, info") {
+		t.Errorf("parseLevel(verbose) = %v, want an error listing the levels", err)
+	}
+	// A trace logger writes what a debug one leaves out.
+	var buf bytes.Buffer
+	l, err := NewLogger(&buf, "trace", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(context.Background(), slog.LevelDebug-4, "very detailed")
+	if !strings.Contains(buf.String(), "very detailed") {
+		t.Errorf("a trace logger wrote %q", buf.String())
 	}
 }
