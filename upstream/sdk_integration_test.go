@@ -3,7 +3,6 @@ package upstream_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
@@ -35,19 +33,12 @@ import (
 func TestUpstreamsMockCompiledInThroughTheSDKRunsANode(t *testing.T) {
 	const node = "upstream-mock-sdk"
 	bin := upstreamMockNode.build(t)
-	cp := testenv.ControlPlane(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 
 	dir := t.TempDir()
-	bootstrap, err := cp.NodeBootstrapKubeconfig(ctx, filepath.Join(dir, "bootstrap.kubeconfig"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.RunNodeApprover(t.Context(), []string{node}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
-		t.Fatal(err)
-	}
+	bootstrap := testenv.NodeBootstrap(t, node)
 	stderr := &syncBuffer{}
 	run := exec.Command(bin, "--provider", "upstream-mock", "--nodename", node, "--address", "127.0.0.1",
 		"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(dir, "node.kubeconfig"),

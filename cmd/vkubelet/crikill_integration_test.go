@@ -86,7 +86,7 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 		"--status-poll-interval", "1s", "--pod-sync-workers", "8", "--log-level", "debug"}
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
 	first := startNodeProcess(t, args...)
-	waitNodeReady(t, c, node)
+	testenv.WaitNodeReady(t, c, node, 60*time.Second)
 
 	const total = 40
 	created := make(chan int, total)

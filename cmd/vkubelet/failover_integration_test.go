@@ -72,7 +72,7 @@ func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
 	})
 	first := replica()
 	for _, n := range nodes {
-		waitNodeReady(t, c, n)
+		testenv.WaitNodeReady(t, c, n, 60*time.Second)
 	}
 	host, _ := os.Hostname()
 	firstID := host + "_" + strconv.Itoa(first.cmd.Process.Pid)
@@ -156,7 +156,7 @@ func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
 		return tookOver > 0, fmt.Sprintf("holders %v", holders())
 	})
 	for _, n := range nodes {
-		waitNodeReady(t, c, n)
+		testenv.WaitNodeReady(t, c, n, 60*time.Second)
 	}
 	t.Logf("the second replica held both nodes %s after the kill (election lease %s)", tookOver.Round(100*time.Millisecond), leaseDuration)
 	// Safety, whatever the machine's load: a candidate counts the lease from the

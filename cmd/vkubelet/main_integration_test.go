@@ -93,22 +93,6 @@ func writeMockConfig(t *testing.T, cfg mock.Config) string {
 	return p
 }
 
-func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
-	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, "Ready=" + string(cond.Status)
-			}
-		}
-		return false, "no Ready condition"
-	})
-}
-
 // TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce kills the node process while it
 // creates 1,000 pods, changes the API while it is down, restarts it, and checks that
 // the provider ends up with exactly the API's pods, each created once: with the mock
@@ -135,7 +119,7 @@ func restartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T, m mockPlacement
 
 	begin := time.Now()
 	first := startNodeProcess(t, args...)
-	waitNodeReady(t, c, node)
+	testenv.WaitNodeReady(t, c, node, 60*time.Second)
 	t.Logf("first node ready after %s", time.Since(begin).Round(time.Millisecond))
 
 	const total = 1000
@@ -276,7 +260,7 @@ func restartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T, m mockPlacement
 		"--kubelet-port", "0", "--self-signed-serving-cert", "--cert-dir", t.TempDir(),
 		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s")
 	first := startNodeProcess(t, args...)
-	waitNodeReady(t, c, node)
+	testenv.WaitNodeReady(t, c, node, 60*time.Second)
 
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 20)

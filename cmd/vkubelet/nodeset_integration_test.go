@@ -55,8 +55,8 @@ func TestRunConfigFollowsTheFileOnSIGHUP(t *testing.T) {
 			_ = c.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
 		}
 	})
-	waitNodeReady(t, c, "hup-a")
-	waitNodeReady(t, c, "hup-b")
+	testenv.WaitNodeReady(t, c, "hup-a", 60*time.Second)
+	testenv.WaitNodeReady(t, c, "hup-b", 60*time.Second)
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		resp, err := http.Get("http://" + healthz + "/readyz")
 		if err != nil {
@@ -78,7 +78,7 @@ func TestRunConfigFollowsTheFileOnSIGHUP(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitNodeReady(t, c, "hup-c")
+	testenv.WaitNodeReady(t, c, "hup-c", 60*time.Second)
 	// hup-b is stopped once hup-c runs (stops come first); its lease stays put.
 	stoppedAt := renewTime("hup-b")
 	aBefore := renewTime("hup-a")

@@ -73,7 +73,7 @@ func startUp(t *testing.T, args ...string) *upProcess {
 	}
 	u.client = kubernetes.NewForConfigOrDie(restCfg)
 	for _, node := range upNodeNames(args) {
-		waitNodeReady(t, u.client, node)
+		testenv.WaitNodeReady(t, u.client, node, 60*time.Second)
 	}
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
 		_, err := u.client.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1.GetOptions{})
@@ -304,20 +304,4 @@ func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 	if s := strings.TrimSpace(string(out)); s != "" {
 		t.Fatalf("containerd processes of the stopped up remain: %s", s)
 	}
-}
-
-func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
-	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
-		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, "Ready=" + string(cond.Status)
-			}
-		}
-		return false, "no Ready condition"
-	})
 }

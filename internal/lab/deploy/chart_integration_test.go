@@ -234,7 +234,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), inner, metav1.DeleteOptions{}) })
-	waitNodeReady(t, c, inner)
+	testenv.WaitNodeReady(t, c, inner, 2*time.Minute)
 	// The node is system:node:dogfood-inner: its client certificate came from a
 	// CSR its ServiceAccount sent, its serving certificate from a CSR the node
 	// sent, both approved by the chart's approver.
@@ -293,7 +293,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	}
 	for _, n := range []string{inner, inner + "-b", inner + "-c"} {
 		t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
-		waitNodeReady(t, c, n)
+		testenv.WaitNodeReady(t, c, n, 2*time.Minute)
 		checkIssuedByTheApprover(t, c, sa, n)
 	}
 	testenv.CheckCannotBecomeAnotherNode(t, stolen, inner+"-d", "10.9.9.9")
@@ -394,22 +394,6 @@ func asksFor(csr certificatesv1.CertificateSigningRequest, node string) bool {
 	}
 	req, err := x509.ParseCertificateRequest(block.Bytes)
 	return err == nil && req.Subject.CommonName == "system:node:"+node
-}
-
-func waitNodeReady(t *testing.T, c kubernetes.Interface, name string) {
-	t.Helper()
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
-		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, fmt.Sprintf("node %s Ready=%s: %s", name, cond.Status, cond.Message)
-			}
-		}
-		return false, "node " + name + " has no Ready condition"
-	})
 }
 
 func waitRunning(t *testing.T, c kubernetes.Interface, ns, name, node string) {

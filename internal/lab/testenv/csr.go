@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
 // CSRCreator makes a ServiceAccount ns/name allowed to create and read CSRs and
@@ -209,4 +213,22 @@ func CheckCannotBecomeAnotherNode(t testing.TB, stolen kubernetes.Interface, vic
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// NodeBootstrap readies the test's control plane for node to join as a kubelet
+// does: it writes a bootstrap kubeconfig (a bootstrap token valid for an hour)
+// and returns its path, and runs, for the test's life, the approver of the
+// node's client and serving CSRs (serving addresses on 127.0.0.1). The bootstrap
+// token may create CSRs, not have them approved.
+func NodeBootstrap(t testing.TB, node string) string {
+	t.Helper()
+	cp := ControlPlane(t)
+	bootstrap, err := cp.NodeBootstrapKubeconfig(context.Background(), filepath.Join(t.TempDir(), "bootstrap.kubeconfig"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.RunNodeApprover(t.Context(), []string{node}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return bootstrap
 }

@@ -291,3 +291,20 @@ func WaitPhase(t testing.TB, ns, name string, phase corev1.PodPhase) {
 		return p.Status.Phase == phase, fmt.Sprintf("pod %s/%s: %s %s", ns, name, p.Status.Phase, p.Status.Message)
 	})
 }
+
+// WaitNodeReady waits up to timeout for the node's Ready condition to be True.
+func WaitNodeReady(t testing.TB, c kubernetes.Interface, name string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, fmt.Sprintf("node %s Ready=%s: %s", name, cond.Status, cond.Message)
+			}
+		}
+		return false, "node " + name + " has no Ready condition"
+	})
+}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +13,10 @@ import (
 // client-go's own measurements of the agent's API requests — latency, results,
 // retries, the rate limiter's wait — as Prometheus metrics under the names the
 // kubelet exposes them (rest_client_*), next to vkubelet's. client-go takes one
-// set of metrics per process, so they are made and handed to it once.
+// set of metrics per process, before its first request: any client of the
+// process may run before a node starts (a NodeSet's shared client, the CSR
+// approver beside the nodes of vkubeletctl up), and client-go reads the set
+// without a lock, so it is handed over when the process starts (init).
 var (
 	restClientLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "rest_client_request_duration_seconds", Help: "Request latency of the agent's API requests, by verb and host.",
@@ -30,21 +32,19 @@ var (
 	restClientRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rest_client_request_retries_total", Help: "Retries of the agent's API requests, by status code, method and host.",
 	}, []string{"code", "method", "host"})
-
-	registerClientMetricsOnce sync.Once
 )
 
-// clientMetrics hands the collectors to client-go (once per process) and returns
-// them, for a node's registry.
-func clientMetrics() []prometheus.Collector {
-	registerClientMetricsOnce.Do(func() {
-		metrics.Register(metrics.RegisterOpts{
-			RequestLatency:     latencyByVerbAndHost{restClientLatency},
-			RateLimiterLatency: latencyByVerbAndHost{restClientRateLimiterLatency},
-			RequestResult:      resultByCode{restClientResults},
-			RequestRetry:       retryByCode{restClientRetries},
-		})
+func init() {
+	metrics.Register(metrics.RegisterOpts{
+		RequestLatency:     latencyByVerbAndHost{restClientLatency},
+		RateLimiterLatency: latencyByVerbAndHost{restClientRateLimiterLatency},
+		RequestResult:      resultByCode{restClientResults},
+		RequestRetry:       retryByCode{restClientRetries},
 	})
+}
+
+// clientMetrics are the collectors client-go reports to, for a node's registry.
+func clientMetrics() []prometheus.Collector {
 	return []prometheus.Collector{restClientLatency, restClientRateLimiterLatency, restClientResults, restClientRetries}
 }
 

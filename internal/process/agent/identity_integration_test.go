@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"net/netip"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/providers/mock"
@@ -33,15 +31,9 @@ func TestANodeRunsUnderItsOwnIdentity(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	bootstrap, err := cp.NodeBootstrapKubeconfig(ctx, filepath.Join(dir, "bootstrap.kubeconfig"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The bootstrap token may create CSRs, not have them approved: the node's
 	// are approved by the approver for this node's name and address.
-	if err := cp.RunNodeApprover(t.Context(), []string{node}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
-		t.Fatal(err)
-	}
+	bootstrap := testenv.NodeBootstrap(t, node)
 	nodeKubeconfig := filepath.Join(dir, "node.kubeconfig")
 	_, prov := startNode(t, node, mock.Config{}, func(cfg *agent.Config) {
 		cfg.RESTConfig, cfg.Kubeconfig, cfg.BootstrapKubeconfig = nil, nodeKubeconfig, bootstrap

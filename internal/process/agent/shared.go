@@ -74,9 +74,6 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	if base.PodWatch == string(pod.WatchNodePods) {
 		return nil, errors.New("--pod-watch=node: the nodes of a NodeSet on one credential share one watch of every bound pod; give each node an identity of its own (--bootstrap-kubeconfig) to watch per node")
 	}
-	// client-go takes its metrics before its first request, and the shared
-	// client makes requests before any node registers them.
-	clientMetrics()
 	restCfg, err := clientConfig(ctx, ctx, base)
 	if err != nil {
 		return nil, err
