@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -60,9 +59,53 @@ func TestCoreDNSHasOnlyTheClusterDNSPlugins(t *testing.T) {
 
 func TestCoreDNSAnswersFromHosts(t *testing.T) {
 	bin := coreDNS(t)
-	port := freeUDPPort(t)
-	dir := t.TempDir()
-	corefile := filepath.Join(dir, "Corefile")
+	// The port is free when chosen but may be taken by a parallel test before
+	// CoreDNS binds it (it binds UDP and TCP); a bind failure picks another.
+	var addr string
+	var ips []net.IP
+	for attempt := 1; ; attempt++ {
+		port := freeDNSPort(t)
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		exited, out := startCoreDNS(t, bin, port)
+		resolver := &net.Resolver{
+			PreferGo: true,
+			Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "udp", addr)
+			},
+		}
+		retry := false
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			select {
+			case err := <-exited:
+				if strings.Contains(out.String(), "address already in use") && attempt < 3 {
+					retry = true
+					return true, ""
+				}
+				t.Fatalf("coredns exited: %v\n%s", err, out.String())
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var err error
+			ips, err = resolver.LookupIP(ctx, "ip4", "web.vkubelet.test")
+			return err == nil, fmt.Sprintf("lookup on %s: %v", addr, err)
+		})
+		if !retry {
+			break
+		}
+		t.Logf("port %d was taken before CoreDNS bound it; trying another", port)
+	}
+	if len(ips) != 1 || !ips[0].Equal(net.IPv4(192, 0, 2, 10)) {
+		t.Fatalf("web.vkubelet.test = %v, want [192.0.2.10]", ips)
+	}
+}
+
+// startCoreDNS runs CoreDNS on 127.0.0.1:port with a hosts entry for
+// web.vkubelet.test; the channel reports its exit, the buffer its output.
+func startCoreDNS(t *testing.T, bin string, port int) (chan error, *testenv.Buffer) {
+	t.Helper()
+	corefile := filepath.Join(t.TempDir(), "Corefile")
 	err := os.WriteFile(corefile, fmt.Appendf(nil, `.:%d {
 	bind 127.0.0.1
 	errors
@@ -78,9 +121,9 @@ func TestCoreDNSAnswersFromHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
+	out := &testenv.Buffer{}
 	cmd := exec.Command(bin, "-conf", corefile)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	// CoreDNS dies with the test binary even if it is killed before its cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -92,31 +135,7 @@ func TestCoreDNSAnswersFromHosts(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	resolver := &net.Resolver{
-		PreferGo: true,
-		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "udp", addr)
-		},
-	}
-	var ips []net.IP
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("coredns exited: %v\n%s", err, out.String())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		ips, err = resolver.LookupIP(ctx, "ip4", "web.vkubelet.test")
-		return err == nil, fmt.Sprintf("lookup on %s: %v", addr, err)
-	})
-	if len(ips) != 1 || !ips[0].Equal(net.IPv4(192, 0, 2, 10)) {
-		t.Fatalf("web.vkubelet.test = %v, want [192.0.2.10]", ips)
-	}
+	return exited, out
 }
 
 // coreDNS returns the cached coredns, building it if needed, or skips under -short.
@@ -132,13 +151,24 @@ func coreDNS(t *testing.T) string {
 	return bin
 }
 
-// freeUDPPort returns a UDP port on 127.0.0.1 that was free a moment ago.
-func freeUDPPort(t *testing.T) int {
+// freeDNSPort returns a port on 127.0.0.1 that was free for UDP and TCP a
+// moment ago.
+func freeDNSPort(t *testing.T) int {
 	t.Helper()
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 20 {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := c.LocalAddr().(*net.UDPAddr).Port
+		// CoreDNS serves TCP on the same port: it must be free too.
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		c.Close()
+		if err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
+	t.Fatal("no port free for both UDP and TCP on 127.0.0.1")
+	return 0
 }
