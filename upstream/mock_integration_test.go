@@ -21,6 +21,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/internal/lab/upstreammock"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/remote"
 	"github.com/vkubelet/vkubelet/providers/remote/conformance"
@@ -30,103 +31,47 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, controlplane.Config{ControllerManager: true})
 }
 
-// scratchProgram is a program built, once per test binary, in a scratch module
-// with upstream's mock (see build).
+// scratchProgram is a program with upstream's mock, built once per test binary
+// (internal/lab/upstreammock).
 type scratchProgram struct {
-	// main is the program's main.go, in testdata.
-	main string
+	program upstreammock.Program
 
 	once sync.Once
 	bin  string
-	out  []byte
 	err  error
 }
 
 var (
 	// upstreamMockServer serves upstream's mock behind the adapter over
 	// vkubelet's provider protocol.
-	upstreamMockServer = &scratchProgram{main: "upstream/testdata/upstreammock/main.go.txt"}
+	upstreamMockServer = &scratchProgram{program: upstreammock.Server}
 	// upstreamMockNode is a vkubelet of its own (package sdk) with upstream's
 	// mock behind the adapter compiled in.
-	upstreamMockNode = &scratchProgram{main: "upstream/testdata/upstreamsdk/main.go.txt"}
+	upstreamMockNode = &scratchProgram{program: upstreammock.Node}
 )
 
-// build builds the program once and returns its binary; it skips the test
-// under -short, as the programs are only run against the control plane.
-//
-// The program's main is compiled with upstream virtual-kubelet's mock provider,
-// its source copied unchanged from the module cache into the package
-// upstreammock/mock. The mock is in an internal package of upstream's module, so
-// it is compiled in a scratch module (this one's requirements, this repository
-// replacing vkubelet's module) rather than imported.
+// build builds the program once, with the race detector if the test binary
+// has it (the adapter's calls into the mock are checked for races too), and
+// returns its binary; it skips the test under -short, as the programs are only
+// run against the control plane.
 func (p *scratchProgram) build(t *testing.T) string {
 	t.Helper()
 	testenv.ControlPlane(t) // skips under -short
-	p.once.Do(func() { p.bin, p.out, p.err = buildScratch(p.main) })
+	p.once.Do(func() {
+		repo, err := filepath.Abs("..")
+		if err != nil {
+			p.err = err
+			return
+		}
+		p.bin, p.err = upstreammock.Build(context.Background(), repo, p.program, raceEnabled)
+		if p.err == nil {
+			testenv.AtExit(func() { os.RemoveAll(filepath.Dir(p.bin)) })
+		}
+	})
 	if p.err != nil {
-		t.Fatalf("building %s with upstream's mock: %v\n%s", p.main, p.err, p.out)
+		t.Fatal(p.err)
 	}
 	return p.bin
-}
-
-// buildScratch builds main (a path in this repository) with upstream's mock in a
-// scratch module, and returns the binary's path.
-func buildScratch(main string) (string, []byte, error) {
-	repo, err := filepath.Abs("..")
-	if err != nil {
-		return "", nil, err
-	}
-	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/virtual-kubelet/virtual-kubelet")
-	list.Dir = repo
-	modDir, err := list.Output()
-	if err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp("", "upstreammock")
-	if err != nil {
-		return "", nil, err
-	}
-	testenv.AtExit(func() { os.RemoveAll(dir) })
-	goMod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
-	if err != nil {
-		return "", nil, err
-	}
-	goMod = bytes.Replace(goMod, []byte("module github.com/vkubelet/vkubelet\n"), []byte("module upstreammock\n"), 1)
-	goMod = append(goMod, []byte("\nrequire github.com/vkubelet/vkubelet v0.0.0-00010101000000-000000000000\n\nreplace github.com/vkubelet/vkubelet => "+repo+"\n")...)
-	files := map[string]string{
-		"mock/mock.go": filepath.Join(strings.TrimSpace(string(modDir)), "cmd/virtual-kubelet/internal/provider/mock/mock.go"),
-		"main.go":      filepath.Join(repo, main),
-		"go.sum":       filepath.Join(repo, "go.sum"),
-	}
-	for to, from := range files {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			return "", nil, err
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, to)), 0o755); err != nil {
-			return "", nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, to), b, 0o644); err != nil {
-			return "", nil, err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), goMod, 0o644); err != nil {
-		return "", nil, err
-	}
-	bin := filepath.Join(dir, "upstreammock")
-	args := []string{"go", "build", "-o", bin}
-	if raceEnabled { // the adapter's calls into the mock checked for races too
-		args = append(args, "-race")
-	}
-	args = append(args, ".")
-	if nice, err := exec.LookPath("nice"); err == nil {
-		args = append([]string{nice, "-n", "10"}, args...)
-	}
-	build := exec.Command(args[0], args[1:]...)
-	build.Dir = dir
-	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
-	out, err := build.CombinedOutput()
-	return bin, out, err
 }
 
 // serveUpstreamMock runs upstream's mock behind the adapter, as node's provider,

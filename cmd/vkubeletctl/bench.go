@@ -18,6 +18,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/lab/bench"
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/upstreammock"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -29,6 +30,7 @@ func newBenchCommand() *cobra.Command {
 		runs         int
 		providerName string
 		vkubelet     string
+		upstream     bool
 	)
 	cfg.Shape = bench.ShapeDeployment
 	cmd := &cobra.Command{
@@ -53,6 +55,14 @@ ServiceAccount admission plugin adds, an owner reference to a ReplicaSet (a real
 one, of 0 replicas), the labels app and pod-template-hash, requests of 10m CPU
 and 16Mi, three environment variables. --pod-shape=minimal is the old token-less
 one-container pod.
+
+With --upstream, upstream virtual-kubelet's own mock provider, its source
+unchanged, is measured on vkubelet's engine (a vkubelet with the mock compiled
+in through the adapter, package upstream, built from the checkout bench runs
+in, next to the agent with vkubelet's mock, in alternating order run by run)
+and on upstream's engine (upstream's virtual-kubelet command, built once into
+the cache; with --upstream-engine-pods pods, as it is paced at 5 requests a
+second).
 
 With --compare kwok, kwok (built once into the cache, like the control-plane
 binaries) manages a second node of the same cluster and is measured the same way,
@@ -93,11 +103,19 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 				}
 				cfg.KwokBinary, cfg.KwokStages = kwok.Binary, kwok.Stages
 			}
+			if upstream {
+				cleanup, err := upstreamBinaries(cmd, &cfg)
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+			}
 			var results []*bench.Result
 			for i := 0; i < runs; i++ {
 				if runs > 1 {
 					fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d\n", i+1, runs)
 				}
+				cfg.UpstreamFirst = i%2 == 1
 				r, err := onControlPlane(ctx, cmd, cfg, kubeconfig, bench.Run)
 				if err != nil {
 					return err
@@ -130,6 +148,8 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&upstream, "upstream", false, "also measure upstream virtual-kubelet's mock provider on vkubelet's engine (through the adapter) and on upstream's own, in the same run; run from a vkubelet checkout")
+	f.IntVar(&cfg.UpstreamEnginePods, "upstream-engine-pods", 0, "pods for upstream's engine with --upstream (default: --pods, at most 1000)")
 	f.StringVar(&vkubelet, "vkubelet", "", "the vkubelet executable run as the node agent (default: vkubelet next to vkubeletctl)")
 	f.StringVar(&providerName, "provider", "mock", "mock, or slurm: a private Slurm started for the run, the same jobs submitted by sbatch and run as pods through a node with --provider slurm (pods of --pod-shape running sleep; --concurrency submitters, default 50); or cri: a private containerd started for the run, the same pods run through the CRI directly (as crictl runp, create, start) and through a node with --provider cri")
 	return cmd
@@ -156,6 +176,34 @@ func nodeBinary(path string) (string, error) {
 		return "", fmt.Errorf("bench runs the node agent from the vkubelet command: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
 	}
 	return filepath.Abs(found)
+}
+
+// upstreamBinaries builds the two programs `bench --upstream` measures:
+// upstream's mock through vkubelet's adapter, from the checkout the working
+// directory is in, and upstream's own command, cached.
+func upstreamBinaries(cmd *cobra.Command, cfg *bench.Config) (cleanup func(), err error) {
+	ctx := cmd.Context()
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	repo, err := upstreammock.Checkout(ctx, wd)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream builds upstream's mock with vkubelet's adapter from a checkout: %w", err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "bench: building upstream's mock with vkubelet's adapter from %s\n", repo)
+	if cfg.UpstreamNode, err = upstreammock.Build(ctx, repo, upstreammock.Node, false); err != nil {
+		return nil, err
+	}
+	cleanup = func() { os.RemoveAll(filepath.Dir(cfg.UpstreamNode)) }
+	if cfg.UpstreamEngine, err = controlplane.EnsureUpstreamVirtualKubelet(ctx, cmd.ErrOrStderr()); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if cfg.UpstreamEnginePods == 0 {
+		cfg.UpstreamEnginePods = min(cfg.Pods, 1000)
+	}
+	return cleanup, nil
 }
 
 // benchSlurm runs `bench --provider slurm`: on a fresh control plane per run (or
@@ -276,6 +324,12 @@ func printResult(out io.Writer, r *bench.Result) {
 	if r.Remote != nil {
 		nodes = append(nodes, column{"vkubelet, mock over the protocol", r.Remote})
 	}
+	if r.UpstreamMock != nil {
+		nodes = append(nodes, column{"upstream's mock on vkubelet", r.UpstreamMock})
+	}
+	if r.UpstreamEngine != nil {
+		nodes = append(nodes, column{fmt.Sprintf("upstream's mock on upstream's engine (%d pods)", r.UpstreamEnginePods), r.UpstreamEngine})
+	}
 	row := func(what, ceiling string, cell func(n *bench.NodeResult) string) {
 		fmt.Fprintf(w, "%s\t%s", what, ceiling)
 		for _, c := range nodes {
@@ -309,6 +363,9 @@ func printResult(out io.Writer, r *bench.Result) {
 		})
 	row("live heap growth", none,
 		func(n *bench.NodeResult) string {
+			if n.NoHeap {
+				return none
+			}
 			return fmt.Sprintf("%.1f MiB (%.2f KiB per pod)", n.HeapGrowthMiB, 1024*n.HeapGrowthMiB/float64(r.Pods))
 		})
 	row("CPU", none, func(n *bench.NodeResult) string { return fmt.Sprintf("%.1f s", n.CPUSeconds) })

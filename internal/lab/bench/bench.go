@@ -71,6 +71,19 @@ type Config struct {
 	// protocol (a provider process on a unix socket), on a third node, after the
 	// agent with the mock in process.
 	Remote bool
+	// UpstreamNode, if set, is a vkubelet with upstream virtual-kubelet's mock
+	// compiled in through the adapter (internal/lab/upstreammock's Node), measured
+	// on a node of its own next to the agent with vkubelet's mock, the two in
+	// the order UpstreamFirst says (a caller of several runs alternates it, so
+	// that the API server's slowing through a run favours neither).
+	UpstreamNode  string
+	UpstreamFirst bool
+	// UpstreamEngine, if set, is upstream virtual-kubelet's own command, run with
+	// its mock and measured last, with UpstreamEnginePods pods (default Pods):
+	// its client is paced at client-go's default 5 requests a second, so its
+	// rates hardly depend on the count.
+	UpstreamEngine     string
+	UpstreamEnginePods int
 	// Idle, if set, is how long each node's pods run untouched once all are
 	// Running, its API writes counted meanwhile: the steady cost of an idle
 	// node, leases and token refreshes (which start 15% into a token's lifetime,
@@ -98,10 +111,16 @@ type Result struct {
 	NodeResult
 	Kwok *NodeResult `json:"kwok,omitempty"`
 	// Remote holds the agent's figures with the mock behind the provider protocol.
-	Remote          *NodeResult `json:"remote,omitempty"`
-	DurationSeconds float64     `json:"duration_s"`
-	CeilingSeconds  float64     `json:"ceiling_s"`
-	AgentQPS        string      `json:"agent_flags,omitempty"`
+	Remote *NodeResult `json:"remote,omitempty"`
+	// UpstreamMock holds the figures of upstream's mock on vkubelet's engine
+	// (through the adapter), UpstreamEngine those of the same mock on upstream's.
+	UpstreamMock   *NodeResult `json:"upstream_mock,omitempty"`
+	UpstreamEngine *NodeResult `json:"upstream_engine,omitempty"`
+	// UpstreamEnginePods is how many pods upstream's engine was measured with.
+	UpstreamEnginePods int     `json:"upstream_engine_pods,omitempty"`
+	DurationSeconds    float64 `json:"duration_s"`
+	CeilingSeconds     float64 `json:"ceiling_s"`
+	AgentQPS           string  `json:"agent_flags,omitempty"`
 	// Runs holds each run's figures when the result is the median of several.
 	Runs []*Result `json:"runs,omitempty"`
 }
@@ -141,8 +160,10 @@ type NodeResult struct {
 	FileMiB     float64 `json:"rss_file_mib"`
 	// HeapGrowthMiB is the growth of the process's live heap (after a forced GC)
 	// from idle to all pods Running: what it keeps per pod, apart from the
-	// garbage collector's headroom, which RSS includes.
+	// garbage collector's headroom, which RSS includes. NoHeap says it could not
+	// be read (a process that serves no pprof heap profile).
 	HeapGrowthMiB  float64 `json:"heap_growth_mib"`
+	NoHeap         bool    `json:"no_heap,omitempty"`
 	CPUSeconds     float64 `json:"cpu_s"`
 	DeletePodsPerS float64 `json:"delete_pods_per_s"`
 	DeleteP99ms    float64 `json:"delete_p99_ms"`
@@ -203,43 +224,48 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	fmt.Fprintf(cfg.Log, "bench: ceiling %.1f pods/s, delete %.1f pods/s\n", before.podsPerS, before.deletePodsPerS)
 
 	if cfg.KwokBinary != "" {
-		kwok, err := startKwok(ctx, client, cfg)
-		if err != nil {
+		if res.Kwok, err = measureStarted(ctx, client, cfg, caPEM, "apiserver", func() (*node, error) { return startKwok(ctx, client, cfg) }); err != nil {
 			return nil, err
 		}
-		r, err := measureNode(ctx, client, cfg, kwok, caPEM)
-		kwok.stop()
-		if err != nil {
-			return nil, err
-		}
-		r.WritesCountedBy = "apiserver"
-		res.Kwok = r
 	}
 
-	agent, err := startAgent(ctx, cfg)
+	upstreamMock := func() error {
+		if cfg.UpstreamNode == "" {
+			return nil
+		}
+		r, err := measureStarted(ctx, client, cfg, caPEM, "agent", func() (*node, error) { return startUpstreamMock(ctx, cfg) })
+		res.UpstreamMock = r
+		return err
+	}
+	if cfg.UpstreamFirst {
+		if err := upstreamMock(); err != nil {
+			return nil, err
+		}
+	}
+	r, err := measureStarted(ctx, client, cfg, caPEM, "agent", func() (*node, error) { return startAgent(ctx, cfg) })
 	if err != nil {
 		return nil, err
 	}
-	r, err := measureNode(ctx, client, cfg, agent, caPEM)
-	agent.stop()
-	if err != nil {
-		return nil, err
-	}
-	r.WritesCountedBy = "agent"
 	res.NodeResult = *r
-
+	if !cfg.UpstreamFirst {
+		if err := upstreamMock(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Remote {
-		remote, err := startRemoteAgent(ctx, cfg)
-		if err != nil {
+		if res.Remote, err = measureStarted(ctx, client, cfg, caPEM, "agent", func() (*node, error) { return startRemoteAgent(ctx, cfg) }); err != nil {
 			return nil, err
 		}
-		r, err := measureNode(ctx, client, cfg, remote, caPEM)
-		remote.stop()
-		if err != nil {
+	}
+	if cfg.UpstreamEngine != "" {
+		engineCfg := cfg
+		if cfg.UpstreamEnginePods > 0 {
+			engineCfg.Pods = cfg.UpstreamEnginePods
+		}
+		res.UpstreamEnginePods = engineCfg.Pods
+		if res.UpstreamEngine, err = measureStarted(ctx, client, engineCfg, caPEM, "apiserver", func() (*node, error) { return startUpstreamEngine(ctx, client, cfg) }); err != nil {
 			return nil, err
 		}
-		r.WritesCountedBy = "agent"
-		res.Remote = r
 	}
 
 	// The API server slows down as etcd's history grows during a run, so the
@@ -257,13 +283,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.CeilingPodsPerS = (res.CeilingBefore + res.CeilingAfter) / 2
 	res.CeilingDeletePodsPerS = (before.deletePodsPerS + after.deletePodsPerS) / 2
 	res.RatioToCeiling = res.PodsPerS / res.CeilingPodsPerS
-	for _, other := range []*NodeResult{res.Kwok, res.Remote} {
+	for _, other := range []*NodeResult{res.Kwok, res.Remote, res.UpstreamMock, res.UpstreamEngine} {
 		if other != nil {
 			other.RatioToCeiling = other.PodsPerS / res.CeilingPodsPerS
 		}
 	}
 	res.DurationSeconds = time.Since(began).Seconds()
 	return res, nil
+}
+
+// measureStarted starts a node with start, measures it, stops it, and says who
+// counted its writes ("agent" or "apiserver").
+func measureStarted(ctx context.Context, c kubernetes.Interface, cfg Config, caPEM []byte, countedBy string, start func() (*node, error)) (*NodeResult, error) {
+	n, err := start()
+	if err != nil {
+		return nil, err
+	}
+	r, err := measureNode(ctx, c, cfg, n, caPEM)
+	n.stop()
+	if err != nil {
+		return nil, err
+	}
+	r.WritesCountedBy = countedBy
+	return r, nil
 }
 
 // loadClient is the benchmark's own client of the cluster of rc. The load
@@ -289,7 +331,7 @@ func namespaceName(phase string) string {
 // memory, CPU and API writes in between.
 func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *node, caPEM []byte) (*NodeResult, error) {
 	for _, name := range n.names {
-		if err := waitNodeReady(ctx, c, name); err != nil {
+		if err := waitNodeReady(ctx, c, name, n.registeredIsReady); err != nil {
 			return nil, n.failed(err)
 		}
 	}
@@ -322,9 +364,12 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err != nil {
 		return nil, n.failed(err)
 	}
-	idleHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "idle"))
-	if err != nil {
-		return nil, n.failed(err)
+	var idleHeap float64
+	r.NoHeap = n.metricsURL == ""
+	if !r.NoHeap {
+		if idleHeap, err = liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "idle")); err != nil {
+			return nil, n.failed(err)
+		}
 	}
 	r.IdleRSSMiB, r.IdleAnonMiB, r.IdleFileMiB = idle.rssMiB, idle.anonMiB, idle.fileMiB
 	if r.Nodes > 0 {
@@ -368,11 +413,13 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err := waitQuiet(ctx, n.proc, quietCPU, quietWait); err != nil {
 		return nil, n.failed(err)
 	}
-	usedHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "pods"))
-	if err != nil {
-		return nil, n.failed(err)
+	if !r.NoHeap {
+		usedHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "pods"))
+		if err != nil {
+			return nil, n.failed(err)
+		}
+		r.HeapGrowthMiB = usedHeap - idleHeap
 	}
-	r.HeapGrowthMiB = usedHeap - idleHeap
 	if cfg.Idle > 0 {
 		if r.IdleWritesPerS, r.IdleMaxMinuteWritesPerS, err = idleWrites(ctx, n, cfg.Idle, cfg.Log); err != nil {
 			return nil, n.failed(err)
@@ -545,10 +592,15 @@ func forEach(ctx context.Context, cfg Config, n int, fn func(i int) error) error
 	}
 }
 
-func waitNodeReady(ctx context.Context, c kubernetes.Interface, name string) error {
+// waitNodeReady waits for the Node name to be Ready, or only to exist if
+// registered is set.
+func waitNodeReady(ctx context.Context, c kubernetes.Interface, name string, registered bool) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil && registered {
+			return nil
+		}
 		if err == nil {
 			for _, cond := range n.Status.Conditions {
 				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {

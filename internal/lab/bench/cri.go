@@ -161,7 +161,7 @@ func measureCRINode(ctx context.Context, c kubernetes.Interface, cfg Config, env
 		return PathFigures{}, 0, err
 	}
 	defer n.stop()
-	if err := waitNodeReady(ctx, c, criNodeName); err != nil {
+	if err := waitNodeReady(ctx, c, criNodeName, false); err != nil {
 		return PathFigures{}, 0, n.failed(err)
 	}
 	o := observe(c, ns)

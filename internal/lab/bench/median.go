@@ -29,28 +29,32 @@ func Median(runs []*Result) *Result {
 	out.DurationSeconds = med(func(r *Result) float64 { return r.DurationSeconds })
 	out.CeilingSeconds = med(func(r *Result) float64 { return r.CeilingSeconds })
 	nodes := make([]*NodeResult, len(runs))
-	var kwoks, remotes []*NodeResult
 	for i, r := range runs {
 		nodes[i] = &r.NodeResult
-		if r.Kwok != nil {
-			kwoks = append(kwoks, r.Kwok)
-		}
-		if r.Remote != nil {
-			remotes = append(remotes, r.Remote)
-		}
 	}
 	out.NodeResult = medianNode(nodes)
-	out.Kwok, out.Remote = nil, nil
-	if len(kwoks) == len(runs) {
-		k := medianNode(kwoks)
-		out.Kwok = &k
-	}
-	if len(remotes) == len(runs) {
-		r := medianNode(remotes)
-		out.Remote = &r
-	}
+	out.Kwok = medianOptional(runs, func(r *Result) *NodeResult { return r.Kwok })
+	out.Remote = medianOptional(runs, func(r *Result) *NodeResult { return r.Remote })
+	out.UpstreamMock = medianOptional(runs, func(r *Result) *NodeResult { return r.UpstreamMock })
+	out.UpstreamEngine = medianOptional(runs, func(r *Result) *NodeResult { return r.UpstreamEngine })
 	out.Runs = runs
 	return &out
+}
+
+// medianOptional is the median of a node measured only on request, or nil if
+// some run lacks it.
+func medianOptional(runs []*Result, get func(*Result) *NodeResult) *NodeResult {
+	var nodes []*NodeResult
+	for _, r := range runs {
+		if n := get(r); n != nil {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) < len(runs) {
+		return nil
+	}
+	m := medianNode(nodes)
+	return &m
 }
 
 // medianNode is the median of several runs' figures of one node, field by field.

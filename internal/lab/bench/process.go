@@ -22,8 +22,11 @@ type node struct {
 	names []string // the Node objects
 	proc  *child
 	// metricsURL serves the process's Go runtime metrics (/metrics) and pprof
-	// (/debug/pprof), for its live heap.
+	// (/debug/pprof), for its live heap; empty if it serves none.
 	metricsURL string
+	// registeredIsReady: the Node is measured once it exists, as its provider
+	// reports it NotReady on purpose (upstream's mock: KubeletPending).
+	registeredIsReady bool
 	// writes returns the API writes counted so far for the node, keyed
 	// "VERB resource[/subresource]".
 	writes func(ctx context.Context) (map[string]float64, error)

@@ -106,7 +106,7 @@ func RunSlurm(ctx context.Context, cfg Config) (*SlurmResult, error) {
 		return nil, err
 	}
 	defer n.stop()
-	if err := waitNodeReady(ctx, c, name); err != nil {
+	if err := waitNodeReady(ctx, c, name, false); err != nil {
 		return nil, n.failed(err)
 	}
 	o := observe(c, ns)
