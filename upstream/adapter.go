@@ -119,13 +119,17 @@ type Adapter struct {
 	// provider's own ConfigureNode (Wrap only).
 	node       *corev1.Node
 	configurer nodeConfigurer
+	// notified answers for a notifying provider whose GetPod or GetPodStatus
+	// fails (nil for others).
+	notified *notified
 }
 
 // notifyingAdapter is an Adapter of a provider that pushes pod statuses.
 type notifyingAdapter struct{ *Adapter }
 
 func (a *Adapter) withNotifier() provider.PodLifecycleHandler {
-	if _, ok := a.p.(node.PodNotifier); ok {
+	if notifies(a.p) {
+		a.notified = newNotified(func() time.Time { return a.now() })
 		return notifyingAdapter{a}
 	}
 	return a
@@ -159,6 +163,9 @@ func (a *Adapter) serialize() func() {
 func (a *Adapter) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := a.track(ctx, pod); err != nil {
 		return err
+	}
+	if a.notified != nil {
+		a.notified.created(pod)
 	}
 	defer a.serialize()()
 	return podErr(pod, a.p.CreatePod(ctx, pod))
@@ -221,6 +228,9 @@ func (a *Adapter) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if a.listers != nil && (err == nil || errdefs.IsNotFound(err)) {
 		a.listers.forget(pod.Namespace, pod.Name)
 	}
+	if a.notified != nil && err == nil {
+		a.notified.deleted(pod)
+	}
 	return err
 }
 
@@ -235,6 +245,9 @@ func (a *Adapter) GetPod(ctx context.Context, namespace, name string) (*corev1.P
 	}
 	unlock()
 	if err != nil {
+		if last := a.lastNotified(namespace, name, err); last != nil {
+			return last, nil
+		}
 		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, fromUpstream(err))
 	}
 	if pod == nil {
@@ -252,12 +265,28 @@ func (a *Adapter) GetPodStatus(ctx context.Context, namespace, name string) (*co
 	}
 	unlock()
 	if err != nil {
+		if last := a.lastNotified(namespace, name, err); last != nil {
+			return &last.Status, nil
+		}
 		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, fromUpstream(err))
 	}
 	if st == nil {
 		return nil, errdefs.NotFound("pod %s/%s: not known to the provider", namespace, name)
 	}
 	return st, nil
+}
+
+// lastNotified is the pod's last notification, for a notifying provider whose
+// GetPod or GetPodStatus failed with err other than NotFound; else nil.
+func (a *Adapter) lastNotified(namespace, name string, err error) *corev1.Pod {
+	if a.notified == nil || errdefs.IsNotFound(fromUpstream(err)) {
+		return nil
+	}
+	last := a.notified.get(namespace, name)
+	if last != nil {
+		a.log.Debug("the provider cannot read the pod; its last notification answers", "pod", namespace+"/"+name, "error", err)
+	}
+	return last
 }
 
 // GetPods returns copies of the provider's pods.
@@ -282,6 +311,7 @@ func (a *Adapter) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 func (a notifyingAdapter) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	a.p.(node.PodNotifier).NotifyPods(ctx, func(p *corev1.Pod) {
 		if p != nil {
+			a.notified.remember(p.DeepCopy())
 			notify(p.DeepCopy())
 		}
 	})
@@ -321,8 +351,13 @@ func (a *Adapter) ConfigureNode(ctx context.Context, n *corev1.Node) {
 // by upstream's node, and some (upstream's mock) answer any name.
 func (a *Adapter) hasContainer(ctx context.Context, namespace, pod, container string) error {
 	p, err := a.GetPod(ctx, namespace, pod)
-	if err != nil {
+	if errdefs.IsNotFound(err) {
 		return err
+	}
+	if err != nil {
+		// The provider cannot tell: it is asked for the stream, as upstream's
+		// node always asked it.
+		return nil
 	}
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		if slices.ContainsFunc(cs, func(c corev1.Container) bool { return c.Name == container }) {

@@ -26,6 +26,7 @@ type fakeProvider struct {
 
 	err      error                                     // returned by every pod call
 	nilPods  bool                                      // GetPod and GetPodStatus answer nil, nil
+	readErr  error                                     // returned by GetPod and GetPodStatus
 	onCreate func(*corev1.Pod)                         // runs in CreatePod
 	exec     func(cmd []string, io api.AttachIO) error // RunInContainer and AttachToContainer
 
@@ -90,6 +91,9 @@ func (f *fakeProvider) GetPod(_ context.Context, namespace, name string) (*corev
 	defer f.mu.Unlock()
 	if f.err != nil || f.nilPods {
 		return nil, f.err
+	}
+	if f.readErr != nil {
+		return nil, f.readErr
 	}
 	return f.pods[namespace+"/"+name], nil // not a copy, as upstream's mock
 }

@@ -1,0 +1,83 @@
+package upstream
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/provider"
+)
+
+// notified keeps the last pod a notifying provider reported for each of its
+// pods, to answer for the provider when its GetPod or GetPodStatus fails.
+// Upstream's pod controller took a notifying provider's notifications as its
+// pods' statuses and ignored GetPod's errors, so some such providers never
+// implemented those (interLink's virtual kubelet answers both with an error);
+// vkubelet reads a pod's status from the provider after its first
+// notification and while the pod is deleted.
+type notified struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	pods map[types.NamespacedName]notifiedPod
+}
+
+type notifiedPod struct {
+	pod *corev1.Pod
+	// forgetAt, once the pod is deleted in the provider, is when the entry
+	// goes: after the grace period in which vkubelet waits for it to stop.
+	forgetAt time.Time
+}
+
+// forgetAfter is how long past its grace period a deleted pod's last
+// notification is kept.
+const forgetAfter = time.Minute
+
+func newNotified(now func() time.Time) *notified {
+	return &notified{now: now, pods: map[types.NamespacedName]notifiedPod{}}
+}
+
+// remember keeps p (a copy the caller does not change) as its pod's latest.
+func (n *notified) remember(p *corev1.Pod) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	old := n.pods[key]
+	n.pods[key] = notifiedPod{pod: p, forgetAt: old.forgetAt}
+}
+
+// get returns a copy of the pod's last notification, or nil.
+func (n *notified) get(namespace, name string) *corev1.Pod {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e, ok := n.pods[types.NamespacedName{Namespace: namespace, Name: name}]; ok {
+		return e.pod.DeepCopy()
+	}
+	return nil
+}
+
+// created forgets what an earlier pod of the same name was reported as.
+func (n *notified) created(pod *corev1.Pod) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.pods, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
+}
+
+// deleted schedules the pod's entry to go once vkubelet no longer waits for
+// it, and removes the entries whose time has come.
+func (n *notified) deleted(pod *corev1.Pod) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	if e, ok := n.pods[key]; ok {
+		e.forgetAt = now.Add(provider.GracePeriod(pod) + forgetAfter)
+		n.pods[key] = e
+	}
+	for k, e := range n.pods {
+		if !e.forgetAt.IsZero() && now.After(e.forgetAt) {
+			delete(n.pods, k)
+		}
+	}
+}
