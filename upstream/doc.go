@@ -4,11 +4,14 @@
 // provider.
 //
 // New takes what a provider hands nodeutil.NewNode, its nodeutil.NewProviderFunc;
-// Wrap takes an already built pair of nodeutil.Provider and node.NodeProvider. Both
-// return a provider.PodLifecycleHandler that also implements the optional
-// interfaces the upstream provider can serve: PodNotifier (when it is a
-// node.PodNotifier), NodeProvider, NodeConfigurer, ResolvedPodHandler, logs,
-// exec, attach, port-forward, stats summary and resource metrics.
+// Wrap takes an already built pair of nodeutil.Provider and node.NodeProvider;
+// WrapController takes what a main that does without nodeutil hands upstream's
+// node package (a pod handler, a NodeProvider, its Node and the routes it
+// attaches, as interLink's virtual kubelet does). Each returns a
+// provider.PodLifecycleHandler that also implements the optional interfaces the
+// upstream provider can serve: PodNotifier (when it is a node.PodNotifier),
+// NodeProvider, NodeConfigurer, ResolvedPodHandler, logs, exec, attach,
+// port-forward, stats summary and resource metrics.
 //
 // What the adapter does for an upstream provider:
 //   - pods reach CreatePod and UpdatePod with their environment resolved into
@@ -19,7 +22,11 @@
 //     that a pod handed to the provider references from a watch of that object
 //     alone, as the Node authorizer lets a node read them;
 //   - logs, exec and attach of a pod or container the provider's GetPod does not
-//     show are NotFound before the provider is asked;
+//     show are NotFound before the provider is asked (a provider whose GetPod
+//     fails otherwise is asked);
+//   - a provider that notifies its pods' statuses and cannot read them back
+//     (GetPod and GetPodStatus fail) is answered for by its last notification,
+//     as upstream's pod controller took notifications as the statuses;
 //   - errors of upstream's classes (errdefs.NotFound, InvalidInput, and a pod
 //     returned nil) become vkubelet's, and an exec's exit status an
 //     *provider.ExecError.
