@@ -44,7 +44,7 @@ func checkLoopback(addr string) error {
 	if addr == "" {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--metrics-addr %q: %w", addr, err)
 	}
@@ -55,7 +55,7 @@ func checkLoopback(addr string) error {
 		return nil
 	}
 	return fmt.Errorf("--metrics-addr %q is not a loopback address: it serves metrics and profiles without authentication; "+
-		"bind it to 127.0.0.1 or [::1], and scrape /metrics on the kubelet port (authorized as nodes/metrics) from elsewhere", addr)
+		"use --metrics-addr 127.0.0.1:%s (or [::1]:%s), and scrape /metrics on the kubelet port (authorized as nodes/metrics) from elsewhere", addr, port, port)
 }
 
 func (n *Node) metricsHandler() http.Handler { return debugHandler(n.gatherer) }

@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,10 @@ func TestMetricsAddrMustBeLoopback(t *testing.T) {
 		if err := checkLoopback(addr); (err == nil) != ok {
 			t.Errorf("checkLoopback(%q) = %v, want ok %v", addr, err, ok)
 		}
+	}
+	// Upstream's default is refused with the flag that replaces it.
+	if err := checkLoopback(":10255"); err == nil || !strings.Contains(err.Error(), "--metrics-addr 127.0.0.1:10255") {
+		t.Errorf("checkLoopback(\":10255\") = %v, want the replacement --metrics-addr 127.0.0.1:10255 named", err)
 	}
 }
 
