@@ -10,8 +10,11 @@ TEST_TIMEOUT ?= 45m
 
 all: build
 
+# What the use needs (scripts/setup.sh): the mock's build and `make up` by
+# default; SETUP="--cri" (--slurm, --python, --test, --all) adds the rest.
+SETUP ?=
 setup:
-	@scripts/setup.sh
+	@scripts/setup.sh $(SETUP)
 
 # One compilation of the code serves `make build`, `make vet`, the image and the
 # binaries the tests build: static (the image has no C library) with trimmed
@@ -37,7 +40,7 @@ image:
 # deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
 # kubectl apply and kustomize; a test checks that it stays the chart's rendering.
 manifests: controlplane
-	@helm="$$($(BIN)/vkubeletctl controlplane build 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
+	@helm="$$($(BIN)/vkubeletctl controlplane build --all 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
 	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
 	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
 	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system; } > deploy/vkubelet.yaml
@@ -53,13 +56,17 @@ proto:
 	PATH=$(CURDIR)/$(BIN)/tools:$$PATH protoc --go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative providers/remote/api/v1alpha1/provider.proto
 
-# Builds (first time, several minutes) or finds the cached control-plane binaries,
-# and links kubectl into bin/ for convenience.
+# Builds (first time, several minutes) or finds the cached control-plane binaries
+# and every tool the tests use (kwok, helm, CoreDNS, metrics-server), and links
+# kubectl into bin/ for convenience.
 controlplane: build
-	@ln -sf "$$($(BIN)/vkubeletctl controlplane build | grep '/kubectl$$')" $(BIN)/kubectl
+	@ln -sf "$$($(BIN)/vkubeletctl controlplane build --all | grep '/kubectl$$')" $(BIN)/kubectl
 
 # Starts a local control plane and a virtual node; prints `export KUBECONFIG=...`.
-up: controlplane
+# It builds only the control plane first; `up` builds what else its node needs
+# (metrics-server with --netns, CoreDNS for the CRI provider) when it needs it.
+up: build
+	@ln -sf "$$($(BIN)/vkubeletctl controlplane build | grep '/kubectl$$')" $(BIN)/kubectl
 	$(BIN)/vkubeletctl up $(UP_ARGS)
 
 fmt-check:

@@ -62,6 +62,7 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
+	testenv.Require(t, crienv.Available())
 	env, err := crienv.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -13,36 +13,50 @@ func newControlPlaneCommand() *cobra.Command {
 		Use:   "controlplane",
 		Short: "Manage the local control plane's binaries",
 	}
-	cmd.AddCommand(&cobra.Command{
+	var all bool
+	build := &cobra.Command{
 		Use:   "build",
-		Short: "Build (or find in the cache) etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kube-proxy, metrics-server, kwok (for bench --compare kwok), helm (for the chart's tests) and CoreDNS (with kube-proxy, the cluster networking of CRI pods), and print their paths",
-		Args:  cobra.NoArgs,
+		Short: "Build (or find in the cache) the control plane's binaries, etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kube-proxy, and print their paths; with --all also metrics-server, kwok, helm and CoreDNS",
+		Long: `build builds the control plane's binaries from the Go module proxy, or finds
+them in the cache, and prints their paths: what ` + "`vkubeletctl up`" + ` runs. The tools the
+other commands and the tests use are built when they are first needed; --all
+builds them too: metrics-server (` + "`up`" + ` with --netns), kwok (` + "`bench --compare kwok`" + `),
+helm (the chart's tests) and CoreDNS (with kube-proxy, the cluster networking of
+CRI pods).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := controlplane.EnsureBinaries(cmd.Context(), cmd.ErrOrStderr())
+			ctx, log := cmd.Context(), cmd.ErrOrStderr()
+			b, err := controlplane.EnsureBinaries(ctx, log)
 			if err != nil {
 				return err
 			}
-			ms, err := controlplane.EnsureMetricsServer(cmd.Context(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
+			paths := []string{b.Etcd, b.APIServer, b.Scheduler, b.ControllerManager, b.Kubectl, b.KubeProxy}
+			if all {
+				ms, err := controlplane.EnsureMetricsServer(ctx, log)
+				if err != nil {
+					return err
+				}
+				kwok, err := controlplane.EnsureKwok(ctx, log)
+				if err != nil {
+					return err
+				}
+				helm, err := controlplane.EnsureHelm(ctx, log)
+				if err != nil {
+					return err
+				}
+				coredns, err := controlplane.EnsureCoreDNS(ctx, log)
+				if err != nil {
+					return err
+				}
+				paths = append(paths, ms, kwok.Binary, helm, coredns)
 			}
-			kwok, err := controlplane.EnsureKwok(cmd.Context(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			helm, err := controlplane.EnsureHelm(cmd.Context(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			coredns, err := controlplane.EnsureCoreDNS(cmd.Context(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			for _, p := range []string{b.Etcd, b.APIServer, b.Scheduler, b.ControllerManager, b.Kubectl, b.KubeProxy, ms, kwok.Binary, helm, coredns} {
+			for _, p := range paths {
 				fmt.Fprintln(cmd.OutOrStdout(), p)
 			}
 			return nil
 		},
-	})
+	}
+	build.Flags().BoolVar(&all, "all", false, "also build metrics-server, kwok, helm and CoreDNS")
+	cmd.AddCommand(build)
 	return cmd
 }

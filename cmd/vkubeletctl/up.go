@@ -34,7 +34,8 @@ func newUpCommand() *cobra.Command {
 	f.Config.DisableTaint = true
 	var dir string
 	nodes := 1
-	useNetns := netns.Available() == nil
+	netnsMissing := netns.Available()
+	useNetns := netnsMissing == nil
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local control plane on 127.0.0.1 and a virtual node in it",
@@ -192,7 +193,11 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				for i := 1; i < len(configs); i++ {
 					configs[i].KubeletPort = 0 // a free port each
 				}
-				log.Warn("the node's address is 127.0.0.1: logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it; run as root for --netns")
+				why := "--netns=false"
+				if netnsMissing != nil {
+					why = netnsMissing.Error()
+				}
+				log.Warn("the node's address is 127.0.0.1, without a network namespace of its own ("+why+"): logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it")
 				log.Warn("kubectl top is unavailable: metrics-server runs only with --netns, as the API server will not proxy metrics.k8s.io to a loopback address")
 			}
 			names := make([]string, len(configs))

@@ -99,6 +99,7 @@ func TestShippedProvidersPassTheConformanceSuite(t *testing.T) {
 		runConformance(t, conformance.Config{Remote: remote.Config{Endpoint: serve(t, p, "mock")}, NodeName: "conformance"})
 	})
 	t.Run("cri", func(t *testing.T) {
+		testenv.Require(t, crienv.Available())
 		env, err := crienv.Start(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -29,6 +29,7 @@ func TestAnEphemeralContainerRunsInARemoteProvider(t *testing.T) {
 	ctx := context.Background()
 	const node = "remote-cri-debug"
 
+	testenv.Require(t, crienv.Available())
 	env, err := crienv.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package remote_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,7 @@ func TestAProviderWrittenInPythonRunsPodsThroughKubectl(t *testing.T) {
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	if out, err := exec.Command(debianPython, "-c", "import grpc, grpc_tools").CombinedOutput(); err != nil {
-		t.Fatalf("%s lacks grpc (run scripts/setup.sh: python3-grpcio, python3-grpc-tools): %v\n%s", debianPython, err, out)
+		testenv.Require(t, fmt.Errorf("%s lacks grpc (scripts/setup.sh --python installs python3-grpcio and python3-grpc-tools): %v\n%s", debianPython, err, out))
 	}
 	dir, err := os.MkdirTemp("", "vkpy")
 	if err != nil {

@@ -2,6 +2,8 @@ package slurm
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,20 +15,28 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
+
+// podmanAvailable says why podman cannot run the tests' containers here, or
+// nil: its rootful mode needs root.
+func podmanAvailable() error {
+	if os.Geteuid() != 0 {
+		return errors.New("podman's rootful mode needs root")
+	}
+	if _, err := exec.LookPath("podman"); err != nil {
+		return fmt.Errorf("podman not found (scripts/setup.sh --slurm installs it): %w", err)
+	}
+	return nil
+}
 
 // testPodman is podman with storage of the test's own, so that tests running at
 // the same time do not share containers or images.
 func testPodman(t *testing.T) []string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("podman's rootful mode needs root")
-	}
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Fatalf("podman not found (scripts/setup.sh installs it): %v", err)
-	}
+	testenv.Require(t, podmanAvailable())
 	// podman refuses a run root longer than 50 characters: t.TempDir's are.
 	dir, err := os.MkdirTemp("/tmp", "pm")
 	if err != nil {

@@ -46,9 +46,8 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("slurmd and podman need root")
-	}
+	testenv.Require(t, slurmenv.Available())
+	testenv.Require(t, slurm.PodmanAvailable())
 	ctx := context.Background()
 	env, err := slurmenv.Start(ctx, slurmenv.Options{GPUs: 2})
 	if err != nil {

@@ -31,9 +31,7 @@ func TestKubeProxyAndCoreDNSServeTheNamespace(t *testing.T) {
 	for _, mode := range []string{ModeIPTables, ModeNFTables} {
 		t.Run(mode, func(t *testing.T) {
 			cp := testenv.ControlPlane(t)
-			if err := netns.Available(); err != nil {
-				t.Skip(err)
-			}
+			testenv.Require(t, netns.Available())
 			link, err := netns.Create("vkcn")
 			if err != nil {
 				t.Fatal(err)

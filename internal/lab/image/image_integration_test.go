@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
@@ -105,6 +106,7 @@ func TestTheImageIsReproducibleImportsIntoContainerdAndRuns(t *testing.T) {
 		t.Errorf("the registry serves %s, the archive holds %s", got, want)
 	}
 
+	testenv.Require(t, crienv.Available())
 	env, err := crienv.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func Available() error {
 		return fmt.Errorf("network namespaces need root")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		return fmt.Errorf("network namespaces need iproute2's ip: %w", err)
+		return fmt.Errorf("network namespaces need iproute2's ip (scripts/setup.sh installs it): %w", err)
 	}
 	return nil
 }

@@ -69,22 +69,32 @@ type Options struct {
 	Netns *netns.Link
 }
 
+// Available says why Start cannot work on this machine, or nil: containerd
+// needs root, containerd, runc and the CNI plugins (scripts/setup.sh --cri
+// installs them).
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("crienv: containerd needs root")
+	}
+	for _, bin := range []string{"containerd", "runc", "containerd-shim-runc-v2"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("crienv: %s not found (scripts/setup.sh --cri installs it): %w", bin, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(CNIBinDir, "bridge")); err != nil {
+		return fmt.Errorf("crienv: CNI plugins missing (scripts/setup.sh --cri installs them): %w", err)
+	}
+	return nil
+}
+
 // Start builds the images, starts the registry and containerd, and waits until the
 // CRI answers. It fails with a clear message when a prerequisite is missing.
 func Start(ctx context.Context) (*Env, error) { return StartWith(ctx, Options{}) }
 
 // StartWith is Start with options.
 func StartWith(ctx context.Context, opts Options) (*Env, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("crienv: containerd needs root")
-	}
-	for _, bin := range []string{"containerd", "runc", "containerd-shim-runc-v2"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("crienv: %s not found (run scripts/setup.sh): %w", bin, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(CNIBinDir, "bridge")); err != nil {
-		return nil, fmt.Errorf("crienv: CNI plugins missing (run scripts/setup.sh): %w", err)
+	if err := Available(); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "crienv-")
 	if err != nil {

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 func startNode(t *testing.T, name string) *crienv.Env {
 	t.Helper()
 	testenv.ControlPlane(t) // skips under -short
+	testenv.Require(t, crienv.Available())
 	env, err := crienv.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)

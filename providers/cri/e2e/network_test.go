@@ -32,9 +32,7 @@ import (
 func startNetworkedNode(t *testing.T, name string) (*crienv.Env, *netns.Link, *clusternet.Network) {
 	t.Helper()
 	cp := testenv.ControlPlane(t) // skips under -short
-	if err := netns.Available(); err != nil {
-		t.Skip(err)
-	}
+	testenv.Require(t, netns.Available())
 	ctx := context.Background()
 	link, err := netns.Create("vkcri")
 	if err != nil {

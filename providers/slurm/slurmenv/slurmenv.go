@@ -94,12 +94,16 @@ func lookPath(name string) (string, error) {
 	return "", err
 }
 
-// Start generates the configuration in a fresh temporary directory, starts munged,
-// slurmctld and slurmd, and returns once the node is IDLE, that is when a job can
-// run on it. (slurmctld still waits about three seconds after it starts before it
-// schedules the first job; later jobs start within a second.) It fails with a
-// clear message when a prerequisite is missing.
-func Start(ctx context.Context, opts Options) (*Env, error) {
+// Available says why Start cannot work on this machine, or nil: Slurm's
+// daemons need root, and Slurm and munge must be installed (scripts/setup.sh
+// --slurm installs them).
+func Available() error {
+	_, err := programs()
+	return err
+}
+
+// programs finds Slurm's and munge's programs, by name.
+func programs() (map[string]string, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("slurmenv: slurmd and munged need root")
 	}
@@ -107,9 +111,22 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	for _, name := range slices.Concat(daemons, commands) {
 		path, err := lookPath(name)
 		if err != nil {
-			return nil, fmt.Errorf("slurmenv: %s not found: install slurm-wlm and munge (scripts/setup.sh): %w", name, err)
+			return nil, fmt.Errorf("slurmenv: %s not found (scripts/setup.sh --slurm installs slurm-wlm and munge): %w", name, err)
 		}
 		bins[name] = path
+	}
+	return bins, nil
+}
+
+// Start generates the configuration in a fresh temporary directory, starts munged,
+// slurmctld and slurmd, and returns once the node is IDLE, that is when a job can
+// run on it. (slurmctld still waits about three seconds after it starts before it
+// schedules the first job; later jobs start within a second.) It fails with a
+// clear message when a prerequisite is missing.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	bins, err := programs()
+	if err != nil {
+		return nil, err
 	}
 	if opts.GPUs < 0 {
 		return nil, fmt.Errorf("slurmenv: negative GPU count %d", opts.GPUs)

@@ -11,15 +11,14 @@ import (
 	"time"
 
 	"github.com/vkubelet/vkubelet/internal/lab/eventually"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
 // startEnv starts a cluster for one test and stops it at the end; when the test has
 // failed, it logs the daemons' logs first (SLURMENV_KEEP=1 keeps the whole Dir).
 func startEnv(t *testing.T, opts Options) *Env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("slurmenv needs root")
-	}
+	testenv.Require(t, Available())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
