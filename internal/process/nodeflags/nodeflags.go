@@ -66,8 +66,9 @@ func Default() *Flags {
 			// A sync or status write mostly waits for the API server (a pod's
 			// TokenRequest, its status patch): at 50 workers a node with 10,000
 			// token pods reached 71 % of the bench's ceiling, at 200 96 %
-			// (docs/PERFORMANCE.md). Workers are goroutines started per item,
-			// so an idle node pays nothing for the bound.
+			// (vkubeletctl bench). Workers are goroutines that live while the
+			// queue has items (pod/workqueue.go), so an idle node pays nothing
+			// for the bound.
 			PodSyncWorkers:     200,
 			PodStatusWorkers:   200,
 			FullResyncPeriod:   time.Minute,
