@@ -91,9 +91,12 @@ var programs embed.FS
 // there once it has been built.
 func Build(ctx context.Context, repo string, program Program, race bool) (bin string, err error) {
 	src, ok := sources[program]
+	if !ok {
+		return "", fmt.Errorf("no program %q", program)
+	}
 	main, err := programs.ReadFile("programs/" + string(program) + "/main.go.txt")
-	if !ok || err != nil {
-		return "", fmt.Errorf("no program %q: %v", program, err)
+	if err != nil {
+		return "", fmt.Errorf("program %q: %w", program, err)
 	}
 	files := map[string][]byte{"main.go": main}
 	for _, c := range src.copies {
