@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/interlinkplugin"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
-	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/interlink"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
@@ -33,96 +30,6 @@ import (
 func TestMain(m *testing.M) {
 	// The controller manager signs the node's serving certificate (logs).
 	testenv.Main(m, controlplane.Config{ControllerManager: true})
-}
-
-// plugin is an interLink plugin on top of the mock: the REST API as interLink's
-// API server calls it, written from the API's description.
-type plugin struct {
-	mock  *mock.Provider
-	token string
-
-	mu      sync.Mutex
-	creates map[string]int            // by pod UID
-	data    map[string]map[string]any // by pod UID: the container entries received
-}
-
-func (p *plugin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "Bearer "+p.token {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
-	}
-	ctx := r.Context()
-	fail := func(err error) { http.Error(w, err.Error(), http.StatusInternalServerError) }
-	switch r.Method + " " + r.URL.Path {
-	case "POST /create":
-		var reqs []struct {
-			Pod        corev1.Pod       `json:"pod"`
-			Containers []map[string]any `json:"container"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&reqs); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var out []map[string]string
-		for _, req := range reqs {
-			if err := p.mock.CreatePod(ctx, &req.Pod); err != nil {
-				fail(err)
-				return
-			}
-			uid := string(req.Pod.UID)
-			p.mu.Lock()
-			p.creates[uid]++
-			p.data[uid] = map[string]any{"container": req.Containers}
-			p.mu.Unlock()
-			out = append(out, map[string]string{"PodUID": uid, "PodJID": "job-" + uid[:8]})
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	case "POST /delete":
-		var pod corev1.Pod
-		if err := json.NewDecoder(r.Body).Decode(&pod); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := p.mock.DeletePod(ctx, &pod); err != nil {
-			fail(err)
-			return
-		}
-		fmt.Fprint(w, `"OK"`)
-	case "GET /status":
-		var pods []corev1.Pod
-		if err := json.NewDecoder(r.Body).Decode(&pods); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		out := []map[string]any{}
-		for _, pod := range pods {
-			st, err := p.mock.GetPodStatus(ctx, pod.Namespace, pod.Name)
-			if err != nil {
-				continue
-			}
-			out = append(out, map[string]any{"name": pod.Name, "UID": string(pod.UID), "namespace": pod.Namespace,
-				"JID": "job-" + string(pod.UID)[:8], "containers": st.ContainerStatuses, "initContainers": st.InitContainerStatuses})
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	case "GET /getLogs":
-		var req struct {
-			Namespace, PodName, ContainerName string
-			Opts                              struct{ Tail int }
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rc, err := p.mock.GetContainerLogs(ctx, req.Namespace, req.PodName, req.ContainerName, provider.ContainerLogOpts{Tail: req.Opts.Tail, TailSet: req.Opts.Tail > 0})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusNotFound)
-			return
-		}
-		defer rc.Close()
-		_, _ = io.Copy(w, rc)
-	default:
-		http.NotFound(w, r)
-	}
 }
 
 // A node with --provider interlink runs its pods through an interLink plugin: the
@@ -139,7 +46,7 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := &plugin{mock: m, token: "s3cret", creates: map[string]int{}, data: map[string]map[string]any{}}
+	pl := interlinkplugin.New(m, "s3cret")
 	srv := httptest.NewServer(pl)
 	defer srv.Close()
 
@@ -179,9 +86,8 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitPhase(t, ns, "hpc-job", corev1.PodRunning)
-	pl.mu.Lock()
-	sent, _ := json.Marshal(pl.data[string(pod.UID)])
-	pl.mu.Unlock()
+	submitted, _, _ := pl.Submitted(pod.UID)
+	sent, _ := json.Marshal(submitted.Containers)
 	if !strings.Contains(string(sent), `"name":"job-input"`) || !strings.Contains(string(sent), `"input.txt":"42"`) ||
 		!strings.Contains(string(sent), `"projectedvolumemaps":[{"data":{"ca.crt"`) || !strings.Contains(string(sent), `"token":"ey`) {
 		t.Errorf("the plugin got the container data %s", sent)
@@ -203,9 +109,7 @@ func TestANodeRunsPodsThroughAnInterLinkPlugin(t *testing.T) {
 	nodetest.Run(t, config())
 	testenv.WaitPhase(t, ns, "hpc-job", corev1.PodRunning)
 	time.Sleep(2 * time.Second) // a few polls and syncs
-	pl.mu.Lock()
-	creates := pl.creates[string(pod.UID)]
-	pl.mu.Unlock()
+	_, creates, _ := pl.Submitted(pod.UID)
 	if creates != 1 {
 		t.Errorf("the pod was submitted %d times", creates)
 	}
@@ -227,7 +131,7 @@ func TestTheInterLinkProviderPassesTheConformanceSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(&plugin{mock: m, token: "t0ken", creates: map[string]int{}, data: map[string]map[string]any{}})
+	srv := httptest.NewServer(interlinkplugin.New(m, "t0ken"))
 	defer srv.Close()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0ken"), 0o600); err != nil {

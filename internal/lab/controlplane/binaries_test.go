@@ -8,7 +8,7 @@ import (
 // Each build module requires the version its component claims, so that the cache
 // key (version plus module hash) names what was built.
 func TestBuildModulesPinTheirVersions(t *testing.T) {
-	for _, c := range append(append([]component{}, components...), metricsServer, kwok, helm, coreDNS, upstreamVirtualKubelet) {
+	for _, c := range append(append([]component{}, components...), metricsServer, kwok, helm, coreDNS, upstreamVirtualKubelet, interLinkAPI) {
 		mod, err := buildmod.ReadFile("buildmod/" + c.name + "/go.mod.txt")
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
