@@ -2,7 +2,11 @@
 GO      ?= go
 BIN     := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+# The commit's time, not the build's: the same commit builds the same binary.
+DATE    ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
+	-X github.com/vkubelet/vkubelet/internal/version.Commit=$(COMMIT) -X github.com/vkubelet/vkubelet/internal/version.Date=$(DATE)
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
