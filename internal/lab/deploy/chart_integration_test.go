@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,8 +110,9 @@ func hostAddress(t *testing.T) string {
 }
 
 // The chart lints, and renders what its values say: replicas share the node by
-// leader election; no replica at all and a bad node name are refused with a
-// message naming the value.
+// leader election; no replica at all, a bad node name, a value of the wrong type,
+// an unknown value and a provider the chart cannot run are refused with a
+// message naming the value (the templates' checks and values.schema.json).
 func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	helm := helmRunner(t)
 	chart := chartDir(t)
@@ -123,6 +125,13 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 		{"nodes[0].name=n-%d,nodes[0].count=3", "templates (count) are not supported"},
 		{"nodes[0].name=Bad_Name", `nodes: "Bad_Name" is not a valid node name`},
 		{"kubelet.approveServingCSR=true", "kubelet.approveServingCSR is gone"},
+		{"provider.name=cri", "at '/provider/name': value must be one of 'mock', 'kube', 'remote', 'interlink'"},
+		{"replicas=two", "at '/replicas': got string, want integer"},
+		{"hostNetwork=yes", "at '/hostNetwork': got string, want boolean"},
+		{"provider.tokenFile=/t", "at '/provider': additional properties 'tokenFile' not allowed"},
+		{"nodName=n1", "additional properties 'nodName' not allowed"},
+		{"provider.tlsSecret=Not_A_Secret", "at '/provider/tlsSecret'"},
+		{"provider.config.endpoint=x,provider.existingSecret=s", "give the configuration in one of them"},
 	} {
 		out, err := helm("template", "vk", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -147,10 +156,109 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	}
 }
 
-// deploy/vkubelet.yaml is the chart rendered with its defaults (make manifests).
+// The chart mounts what each provider's configuration refers to, at the paths
+// values.yaml and docs/DEPLOYING.md promise, read-only and readable by the pod's
+// group alone; the sidecar shares the node's socket directory and runs as
+// confined as the node, and the node is pointed at its socket by default.
+func TestTheChartMountsWhatTheProvidersNeed(t *testing.T) {
+	helm := helmRunner(t)
+	out, err := helm("template", "vk", chartDir(t), "--skip-tests", "--set",
+		"provider.name=remote,provider.kubeconfigSecret=kc,provider.tlsSecret=tls,provider.tokenSecret=tok,providerSidecar.enabled=true,providerSidecar.secret=side")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	var cm corev1.ConfigMap
+	for _, doc := range strings.Split(out, "\n---\n") {
+		switch {
+		case strings.Contains(doc, "\nkind: Deployment\n") && strings.Contains(doc, "\n  name: vk-vkubelet\n"):
+			if err := yaml.Unmarshal([]byte(doc), &dep); err != nil {
+				t.Fatal(err)
+			}
+		case strings.Contains(doc, "\nkind: ConfigMap\n"):
+			if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spec := dep.Spec.Template.Spec
+	if len(spec.Containers) != 2 || spec.Containers[0].Name != "vkubelet" || spec.Containers[1].Name != "provider" {
+		t.Fatalf("containers %v, want vkubelet and the provider sidecar", spec.Containers)
+	}
+	mounts := func(c corev1.Container) map[string]corev1.VolumeMount {
+		m := map[string]corev1.VolumeMount{}
+		for _, vm := range c.VolumeMounts {
+			m[vm.MountPath] = vm
+		}
+		return m
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	node, sidecar := mounts(spec.Containers[0]), mounts(spec.Containers[1])
+	for _, tc := range []struct {
+		mounts         map[string]corev1.VolumeMount
+		dir, secret    string
+		files          []string
+		readOnly       bool
+		sharedEmptyDir bool
+	}{
+		{mounts: node, dir: "/etc/vkubelet/target", secret: "kc", files: []string{"kubeconfig"}, readOnly: true},
+		{mounts: node, dir: "/etc/vkubelet/tls", secret: "tls", files: []string{"ca.crt", "tls.crt", "tls.key"}, readOnly: true},
+		{mounts: node, dir: "/etc/vkubelet/token", secret: "tok", files: []string{"token"}, readOnly: true},
+		{mounts: sidecar, dir: "/etc/vkubelet/sidecar", secret: "side", readOnly: true},
+		{mounts: node, dir: "/run/vkubelet-provider", sharedEmptyDir: true},
+		{mounts: sidecar, dir: "/run/vkubelet-provider", sharedEmptyDir: true},
+	} {
+		vm, ok := tc.mounts[tc.dir]
+		if !ok {
+			t.Errorf("nothing mounted at %s", tc.dir)
+			continue
+		}
+		if vm.ReadOnly != tc.readOnly {
+			t.Errorf("%s: readOnly %v, want %v", tc.dir, vm.ReadOnly, tc.readOnly)
+		}
+		v := volumes[vm.Name]
+		if tc.sharedEmptyDir {
+			if v.EmptyDir == nil || vm.Name != "provider-socket" {
+				t.Errorf("%s: volume %s is not the shared emptyDir: %+v", tc.dir, vm.Name, v.VolumeSource)
+			}
+			continue
+		}
+		if v.Secret == nil || v.Secret.SecretName != tc.secret || v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o440 {
+			t.Errorf("%s: volume %+v, want Secret %s with mode 0440", tc.dir, v.VolumeSource, tc.secret)
+			continue
+		}
+		var files []string
+		for _, it := range v.Secret.Items {
+			files = append(files, it.Path)
+		}
+		if strings.Join(files, ",") != strings.Join(tc.files, ",") {
+			t.Errorf("%s: files %v, want %v", tc.dir, files, tc.files)
+		}
+	}
+	sc := spec.Containers[1].SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || len(sc.Capabilities.Add) > 0 || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("the sidecar's securityContext %+v: want a read-only root, no privilege escalation, every capability dropped", sc)
+	}
+	if ps := spec.SecurityContext; ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser != 65532 {
+		t.Errorf("the pod's securityContext %+v: want non-root 65532", ps)
+	}
+	if args := strings.Join(spec.Containers[1].Args, " "); args != "provider serve --provider=mock --nodename=vkubelet --listen=unix:///run/vkubelet-provider/provider.sock" {
+		t.Errorf("the sidecar's args %q: want the mock served on the shared socket", args)
+	}
+	if got, want := cm.Data["provider-config.json"], `{"endpoint":"unix:///run/vkubelet-provider/provider.sock"}`; got != want {
+		t.Errorf("provider-config.json is %q, want %q (the sidecar's socket)", got, want)
+	}
+}
+
+// deploy/vkubelet.yaml is the chart rendered with its defaults, without its
+// helm test hooks (make manifests).
 func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 	helm := helmRunner(t)
-	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system")
+	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system", "--skip-tests")
 	if err != nil {
 		t.Fatal(err)
 	}
