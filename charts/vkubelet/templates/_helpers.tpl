@@ -82,11 +82,10 @@ sidecar and no configuration the sidecar's socket. Empty: none. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The spec of a helm test pod that runs the shell script given as .script
-against the API server, with the test ServiceAccount's token. It runs where
-the node pods run (their nodeSelector, tolerations and network). Busybox's
-wget does not verify the server's certificate: the token it sends may get the
-release's nodes and list its namespace's pods, and lives as long as the test. */}}
+{{/* The spec of a helm test pod that runs kubectl (the entrypoint of
+tests.image) with .args, as the test ServiceAccount, through the release's
+kubeconfig (the API server's address and the cluster CA; the pod's own token).
+It runs where the node pods run: their nodeSelector, tolerations and network. */}}
 {{- define "vkubelet.testPodSpec" -}}
 {{- $ := .root -}}
 serviceAccountName: {{ include "vkubelet.fullname" $ }}-test
@@ -105,27 +104,11 @@ imagePullSecrets:
 containers:
   - name: check
     image: {{ $.Values.tests.image | quote }}
-    command: ["sh", "-c"]
     args:
-      - |
-        api={{ $.Values.apiServer | default "https://kubernetes.default.svc" }}
-        deadline=$(( $(date +%s) + {{ $.Values.tests.timeoutSeconds }} ))
-        # get PATH: the API's answer, with the test account's token.
-        get() {
-          wget -q -O - --no-check-certificate \
-            --header "Authorization: Bearer $(cat {{ include "vkubelet.saDir" $ }}/token)" "$api$1"
-        }
-        # await WHAT PATH PATTERN: until the answer at PATH matches PATTERN.
-        await() {
-          until get "$2" | grep -q "$3"; do
-            if [ "$(date +%s)" -ge "$deadline" ]; then
-              echo "FAIL: $1, after {{ $.Values.tests.timeoutSeconds }}s; the last answer:"; get "$2"; exit 1
-            fi
-            sleep 2
-          done
-          echo "ok: $1"
-        }
-        {{- .script | trim | nindent 8 }}
+      - --kubeconfig=/etc/vkubelet/test/kubeconfig
+      - --cache-dir=/tmp/kube-cache
+      {{- toYaml .args | nindent 6 }}
+      - --timeout={{ $.Values.tests.timeoutSeconds }}s
     securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
@@ -134,9 +117,24 @@ containers:
     resources:
       requests:
         cpu: 10m
-        memory: 16Mi
+        memory: 32Mi
       limits:
-        memory: 64Mi
+        memory: 128Mi
+    volumeMounts:
+      - name: kubeconfig
+        mountPath: /etc/vkubelet/test
+        readOnly: true
+      - name: tmp
+        mountPath: /tmp
+volumes:
+  - name: kubeconfig
+    configMap:
+      name: {{ include "vkubelet.fullname" $ }}
+      items:
+        - key: bootstrap-kubeconfig
+          path: kubeconfig
+  - name: tmp
+    emptyDir: {}
 {{- with $.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}

@@ -271,62 +271,95 @@ func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 	}
 }
 
-// The dogfood test: vkubelet runs vkubelet. The chart installs vkubelet's image on
-// a vkubelet CRI node; that pod bootstraps its node identity with its
-// ServiceAccount and registers a second virtual node (mock provider), whose pod
-// reaches Running and serves logs and exec through it. An upgrade restarts the
-// node process and the node comes back; an uninstall removes everything the chart
-// made.
-func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
-	helm := helmRunner(t)
-	cp := testenv.ControlPlane(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t)
-	ctx := context.Background()
-	const (
-		host  = "dogfood-host"
-		inner = "dogfood-inner"
-		tag   = "v0.0.0-dogfood"
-	)
+// host is the vkubelet CRI node the chart's pods run on, with vkubelet's image
+// imported into its containerd: one for the package's installs, which run side
+// by side on it.
+type host struct {
+	name    string
+	tag     string
+	kubectl string // an image whose entrypoint is kubectl, for helm test
+	env     *crienv.Env
+}
 
+// startHost builds vkubelet's image and runs the CRI node until t ends.
+func startHost(t *testing.T) *host {
+	t.Helper()
+	h := &host{name: "dogfood-host", tag: "v0.0.0-dogfood"}
+	ctx := context.Background()
 	module, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := image.Build(ctx, image.Options{ModuleDir: module, Version: tag, Created: time.Unix(0, 0)})
+	img, err := image.Build(ctx, image.Options{ModuleDir: module, Version: h.tag, Created: time.Unix(0, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	archive := filepath.Join(t.TempDir(), "image.tar")
-	if err := image.WriteArchive(img, image.DefaultRepository+":"+tag, archive); err != nil {
+	if err := image.WriteArchive(img, image.DefaultRepository+":"+h.tag, archive); err != nil {
 		t.Fatal(err)
 	}
-	env, err := crienv.Start(ctx)
+	h.env, err = crienv.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(env.Stop)
-	if _, err := env.ImportImage(ctx, archive); err != nil {
+	t.Cleanup(h.env.Stop)
+	if _, err := h.env.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
-	nodetest.Run(t, nodetest.CRIConfig(t, host, env))
+	// helm test's image: the control plane's kubectl (static) in the place of
+	// registry.k8s.io/kubectl, as the entrypoint of an image like vkubelet's.
+	kubectl, err := os.ReadFile(testenv.ControlPlane(t).Binaries.Kubectl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, err = image.FromBinary(kubectl, image.Options{Version: h.tag, Created: time.Unix(0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	h.kubectl = "registry.k8s.io/kubectl:" + h.tag
+	if err := image.WriteArchive(img, h.kubectl, archive); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.env.ImportImage(ctx, archive); err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Run(t, nodetest.CRIConfig(t, h.name, h.env))
+	return h
+}
 
-	// Until pods on a CRI node reach Services (the kubernetes Service among them),
-	// the pod runs in the host's network and is told the API server's address.
-	values := map[string]any{
-		"nodeName":    inner,
-		"image":       map[string]any{"tag": tag, "pullPolicy": "Never"},
-		"apiServer":   cp.URL,
+// openSecretMode is the mode the tests give the Secrets' files: the CRI
+// provider applies no fsGroup to a pod's volumes, so the files stay root's and
+// the chart's 0440 would keep the node's user (65532) out.
+const openSecretMode = 0o444
+
+// values are the chart's values for a release running node on h. The host is
+// started without kube-proxy and cluster DNS (internal/lab/clusternet, which the
+// test leaves out to stay quick), so its pods reach no Service: the release's
+// pods run in the host's network and are told the API server's address.
+func (h *host) values(t *testing.T, node string) map[string]any {
+	t.Helper()
+	return map[string]any{
+		"nodeName":    node,
+		"image":       map[string]any{"tag": h.tag, "pullPolicy": "Never"},
+		"apiServer":   testenv.ControlPlane(t).URL,
 		"hostNetwork": true,
 		"kubelet":     map[string]any{"port": freePort(t), "address": hostAddress(t)},
 		"healthzPort": freePort(t),
 		"approver":    map[string]any{"healthzPort": freePort(t)},
 		"nodeSelector": map[string]string{
-			"kubernetes.io/hostname": host,
+			"kubernetes.io/hostname": h.name,
 		},
 		"tolerations": []map[string]string{{"key": "virtual-kubelet.io/provider", "operator": "Exists"}},
 		"extraArgs":   []string{"--node-lease-duration=10s", "--node-lease-renew-interval=2s", "--status-poll-interval=1s"},
+		"tests":       map[string]any{"image": h.kubectl, "probeImage": h.env.Pause, "timeoutSeconds": 90},
 	}
+}
+
+// install installs the chart as release in ns with values, waits for its pods
+// and returns the values' file. The release is uninstalled and its node
+// deleted when t ends.
+func install(t *testing.T, helm func(...string) (string, error), ns, release string, values map[string]any) string {
+	t.Helper()
+	c := testenv.Client(t)
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
 	b, err := yaml.Marshal(values)
 	if err != nil {
@@ -335,19 +368,67 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	if err := os.WriteFile(valuesFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	chart := chartDir(t)
-	release := "dogfood"
-	if out, err := helm("install", release, chart, "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m"); err != nil {
-		describe(t, c, ns)
+	node := values["nodeName"].(string)
+	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _, _ = helm("uninstall", release, "--namespace", ns, "--ignore-not-found") })
+	if out, err := helm("install", release, chartDir(t), "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m"); err != nil {
+		describe(t, c, ns, node)
 		t.Fatalf("%v\n%s", err, out)
 	}
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), inner, metav1.DeleteOptions{}) })
+	return valuesFile
+}
+
+// The chart installs vkubelet with each provider that runs in a pod, on a
+// vkubelet CRI node, side by side: vkubelet runs vkubelet.
+func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
+	h := startHost(t)
+	t.Run("mock", func(t *testing.T) { t.Parallel(); testDogfood(t, h) })
+	t.Run("kube", func(t *testing.T) { t.Parallel(); testKubeProvider(t, h) })
+	t.Run("remote-over-tls", func(t *testing.T) { t.Parallel(); testRemoteProviderOverTLS(t, h) })
+	t.Run("interlink-with-a-token", func(t *testing.T) { t.Parallel(); testInterLinkWithAToken(t, h) })
+}
+
+// The dogfood test: the chart installs vkubelet's image on a vkubelet CRI node;
+// that pod bootstraps its node identity with its ServiceAccount and registers a
+// second virtual node (mock provider), which `helm test` finds Ready and running
+// a pod; a pod of ours reaches Running there and serves logs and exec through it.
+// An upgrade restarts the node process and the node comes back; an uninstall
+// removes everything the chart made.
+func testDogfood(t *testing.T, h *host) {
+	helm := helmRunner(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	const inner = "dogfood-inner"
+
+	values := h.values(t, inner)
+	chart := chartDir(t)
+	release := "dogfood"
+	valuesFile := install(t, helm, ns, release, values)
 	testenv.WaitNodeReady(t, c, inner, 2*time.Minute)
 	// The node is system:node:dogfood-inner: its client certificate came from a
 	// CSR its ServiceAccount sent, its serving certificate from a CSR the node
 	// sent, both approved by the chart's approver.
 	sa := "system:serviceaccount:" + ns + ":" + release + "-vkubelet"
 	checkIssuedByTheApprover(t, c, sa, inner)
+
+	// helm test: its pods find the node Ready and a pod running on it, with a
+	// ServiceAccount of their own, all deleted once they pass.
+	if out, err := helm("test", release, "--namespace", ns, "--timeout", "3m"); err != nil {
+		describe(t, c, ns, inner)
+		t.Fatalf("%v\n%s", err, out)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component in (test, test-probe)"})
+		if err != nil {
+			return false, err.Error()
+		}
+		sas, err := c.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + release + "-vkubelet-test"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0 && len(sas.Items) == 0, fmt.Sprintf("%d test pods and %d test ServiceAccounts left after helm test passed", len(pods.Items), len(sas.Items))
+	})
 
 	// A thief holding the node pod's token can obtain no other node's
 	// certificates, nor ask for any other signer's.
@@ -393,7 +474,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		"--set", "extraArgs={--node-lease-duration=10s,--node-lease-renew-interval=2s,--status-poll-interval=1s,--log-level=debug}",
 		"--set", "nodes[0].name="+inner+",nodes[1].name="+inner+"-b,nodes[2].name="+inner+"-c",
 		"--wait", "--timeout", "4m"); err != nil {
-		describe(t, c, ns)
+		describe(t, c, ns, inner)
 		t.Fatalf("%v\n%s", err, out)
 	}
 	if after := chartPod(t, c, ns, release); after.UID == before.UID || !strings.Contains(strings.Join(after.Spec.Containers[0].Args, " "), "--log-level=debug") {
@@ -559,13 +640,18 @@ func processUID(t *testing.T, arg string) string {
 	return ""
 }
 
-// describe logs the namespace's pods and events, for a failed install.
-func describe(t *testing.T, c kubernetes.Interface, ns string) {
+// describe logs the namespace's pods and events, for a failed install of node.
+func describe(t *testing.T, c kubernetes.Interface, ns, node string) {
 	t.Helper()
 	if pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
 		for _, p := range pods.Items {
 			b, _ := yaml.Marshal(p.Status)
 			t.Logf("pod %s on %q:\n%s", p.Name, p.Spec.NodeName, b)
+			for _, ctr := range p.Spec.Containers {
+				tail := int64(20)
+				logs, err := c.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name, TailLines: &tail}).DoRaw(context.Background())
+				t.Logf("pod %s, container %s, its log's end (%v):\n%s", p.Name, ctr.Name, err, logs)
+			}
 		}
 	}
 	if evs, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
@@ -573,7 +659,7 @@ func describe(t *testing.T, c kubernetes.Interface, ns string) {
 			t.Logf("event %s %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
 		}
 	}
-	if _, err := c.CoreV1().Nodes().Get(context.Background(), "dogfood-inner", metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		t.Logf("node dogfood-inner was never registered")
+	if _, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Logf("node %s was never registered", node)
 	}
 }
