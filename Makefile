@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION)
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests proto
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto
 
 all: build
 
@@ -42,6 +42,11 @@ manifests: controlplane
 	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
 	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
 	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system --skip-tests; } > deploy/vkubelet.yaml
+
+# charts/vkubelet/README.md: its README.md.gotmpl with a table of the values
+# from values.yaml's comments (internal/lab/chartdoc); a test fails when it is stale.
+chart-docs:
+	$(GO) run ./internal/lab/chartdoc/mkchartdoc -chart charts/vkubelet
 
 # The provider protocol's generated Go code (checked in): protoc from Debian's
 # protobuf-compiler, the Go plugins pinned here.
