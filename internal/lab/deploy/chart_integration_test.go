@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/x509"
@@ -15,6 +16,11 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -275,10 +281,9 @@ func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 // imported into its containerd: one for the package's installs, which run side
 // by side on it.
 type host struct {
-	name    string
-	tag     string
-	kubectl string // an image whose entrypoint is kubectl, for helm test
-	env     *crienv.Env
+	name string
+	tag  string
+	env  *crienv.Env
 }
 
 // startHost builds vkubelet's image and runs the CRI node until t ends.
@@ -290,6 +295,7 @@ func startHost(t *testing.T) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	img, err := image.Build(ctx, image.Options{ModuleDir: module, Version: h.tag, Created: time.Unix(0, 0)})
 	if err != nil {
 		t.Fatal(err)
@@ -306,24 +312,64 @@ func startHost(t *testing.T) *host {
 	if _, err := h.env.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
-	// helm test's image: the control plane's kubectl (static) in the place of
-	// registry.k8s.io/kubectl, as the entrypoint of an image like vkubelet's.
-	kubectl, err := os.ReadFile(testenv.ControlPlane(t).Binaries.Kubectl)
+	t.Logf("vkubelet's image built and imported (%s)", time.Since(start).Round(100*time.Millisecond))
+	nodetest.Run(t, nodetest.CRIConfig(t, h.name, h.env))
+	return h
+}
+
+// importKubectl imports helm test's image into h's containerd and returns its
+// name.
+func (h *host) importKubectl(t *testing.T) string {
+	t.Helper()
+	start := time.Now()
+	ref := "registry.k8s.io/kubectl:" + h.tag
+	archive := filepath.Join(t.TempDir(), "kubectl.tar")
+	if err := image.WriteArchive(kubectlImage(t), ref, archive); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.env.ImportImage(context.Background(), archive); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl's image imported (%s)", time.Since(start).Round(100*time.Millisecond))
+	return ref
+}
+
+// kubectlImage is helm test's image: the control plane's kubectl (static) as
+// its entrypoint, in the place of registry.k8s.io/kubectl. Its one layer is
+// left uncompressed: gzip, race-instrumented, took seconds over the binary.
+func kubectlImage(t *testing.T) v1.Image {
+	t.Helper()
+	bin, err := os.ReadFile(testenv.ControlPlane(t).Binaries.Kubectl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img, err = image.FromBinary(kubectl, image.Options{Version: h.tag, Created: time.Unix(0, 0)}); err != nil {
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "kubectl", Mode: 0o755, Size: int64(len(bin))}); err != nil {
 		t.Fatal(err)
 	}
-	h.kubectl = "registry.k8s.io/kubectl:" + h.tag
-	if err := image.WriteArchive(img, h.kubectl, archive); err != nil {
+	if _, err := tw.Write(bin); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.env.ImportImage(ctx, archive); err != nil {
+	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	nodetest.Run(t, nodetest.CRIConfig(t, h.name, h.env))
-	return h
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(layer.Bytes(), types.OCIUncompressedLayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Entrypoint = []string{"/kubectl"}
+	cf.Config.User = fmt.Sprintf("%d:%d", image.NonRoot, image.NonRoot)
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
 
 // openSecretMode is the mode the tests give the Secrets' files: the CRI
@@ -350,7 +396,6 @@ func (h *host) values(t *testing.T, node string) map[string]any {
 		},
 		"tolerations": []map[string]string{{"key": "virtual-kubelet.io/provider", "operator": "Exists"}},
 		"extraArgs":   []string{"--node-lease-duration=10s", "--node-lease-renew-interval=2s", "--status-poll-interval=1s"},
-		"tests":       map[string]any{"image": h.kubectl, "probeImage": h.env.Pause, "timeoutSeconds": 90},
 	}
 }
 
@@ -402,6 +447,7 @@ func testDogfood(t *testing.T, h *host) {
 	const inner = "dogfood-inner"
 
 	values := h.values(t, inner)
+	values["tests"] = map[string]any{"image": h.importKubectl(t), "probeImage": h.env.Pause, "timeoutSeconds": 90}
 	chart := chartDir(t)
 	release := "dogfood"
 	valuesFile := install(t, helm, ns, release, values)
