@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -38,6 +39,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The installs of TestTheChartRunsVkubeletOnAVkubeletNode mostly wait for
+	// the cluster: the four run side by side even where -parallel defaults to
+	// GOMAXPROCS (2 on CI's machines), unless -parallel says otherwise.
+	if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() != "" {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 4 {
+			_ = flag.Set("test.parallel", "4")
+		}
+	}
 	// Deployments need the controller manager (which also signs and approves the
 	// node's client certificate), the chart's pod the scheduler, and its token
 	// the ServiceAccount admission plugin.
