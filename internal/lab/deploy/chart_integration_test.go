@@ -40,11 +40,11 @@ import (
 
 func TestMain(m *testing.M) {
 	// The installs of TestTheChartRunsVkubeletOnAVkubeletNode mostly wait for
-	// the cluster: the four run side by side even where -parallel defaults to
+	// the cluster: the five run side by side even where -parallel defaults to
 	// GOMAXPROCS (2 on CI's machines), unless -parallel says otherwise.
 	if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() != "" {
-		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 4 {
-			_ = flag.Set("test.parallel", "4")
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 5 {
+			_ = flag.Set("test.parallel", "5")
 		}
 	}
 	// Deployments need the controller manager (which also signs and approves the
@@ -476,6 +476,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	t.Run("mock", func(t *testing.T) { t.Parallel(); testDogfood(t, h) })
 	t.Run("kube", func(t *testing.T) { t.Parallel(); testKubeProvider(t, h) })
 	t.Run("remote-over-tls", func(t *testing.T) { t.Parallel(); testRemoteProviderOverTLS(t, h) })
+	t.Run("remote-on-the-sidecars-socket", func(t *testing.T) { t.Parallel(); testRemoteProviderOnTheSidecarsSocket(t, h) })
 	t.Run("interlink-with-a-token", func(t *testing.T) { t.Parallel(); testInterLinkWithAToken(t, h) })
 }
 

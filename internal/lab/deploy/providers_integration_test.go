@@ -104,6 +104,23 @@ func testRemoteProviderOverTLS(t *testing.T, h *host) {
 	runPodOn(t, c, ns, node)
 }
 
+// The remote provider and the chart's default sidecar: the chart's image
+// serving its mock on the unix socket in the emptyDir both containers share,
+// the node given that endpoint by the chart. The node is Ready and a pod runs.
+func testRemoteProviderOnTheSidecarsSocket(t *testing.T, h *host) {
+	helm := helmRunner(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	const node = "chart-sidecar"
+
+	values := h.values(t, node)
+	values["provider"] = map[string]any{"name": "remote"}
+	values["providerSidecar"] = map[string]any{"enabled": true}
+	install(t, helm, ns, "sidecar", values)
+	testenv.WaitNodeReady(t, c, node, 2*time.Minute)
+	runPodOn(t, c, ns, node)
+}
+
 // The interLink provider with a bearer token from provider.tokenSecret, against
 // a plugin the test serves on the host's loopback that refuses any request
 // without that token: the node is Ready (its Ping is the plugin's /status) and a
