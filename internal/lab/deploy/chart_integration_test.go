@@ -262,6 +262,18 @@ func TestTheChartMountsWhatTheProvidersNeed(t *testing.T) {
 	if ps := spec.SecurityContext; ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser != 65532 {
 		t.Errorf("the pod's securityContext %+v: want non-root 65532", ps)
 	}
+	// The bootstrap token is the node's alone: no token in the sidecar.
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("the pod's automountServiceAccountToken is %v: the sidecar would get the node's bootstrap token", spec.AutomountServiceAccountToken)
+	}
+	if vm, ok := node["/var/run/secrets/kubernetes.io/serviceaccount"]; !ok || !vm.ReadOnly || volumes[vm.Name].Projected == nil {
+		t.Errorf("the node's container has no read-only projected token at the ServiceAccount's path: %+v", vm)
+	}
+	for path := range sidecar {
+		if strings.HasPrefix(path, "/var/run/secrets") {
+			t.Errorf("the sidecar mounts %s", path)
+		}
+	}
 	if args := strings.Join(spec.Containers[1].Args, " "); args != "provider serve --provider=mock --nodename=vkubelet --listen=unix:///run/vkubelet-provider/provider.sock" {
 		t.Errorf("the sidecar's args %q: want the mock served on the shared socket", args)
 	}
