@@ -484,6 +484,7 @@ func install(t *testing.T, helm func(...string) (string, error), ns, release str
 // The chart installs vkubelet with each provider that runs in a pod, on a
 // vkubelet CRI node, side by side: vkubelet runs vkubelet.
 func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
+	testenv.ControlPlane(t) // skipped under -short before building anything
 	h := startHost(t)
 	t.Run("mock", func(t *testing.T) { t.Parallel(); testDogfood(t, h) })
 	t.Run("kube", func(t *testing.T) { t.Parallel(); testKubeProvider(t, h) })
