@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests proto
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto
 
 all: build
 
@@ -42,12 +42,18 @@ image:
 		-created "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" -repo $(IMAGE_REPO) -out $(BIN)/vkubelet-image.tar
 
 # deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
-# kubectl apply and kustomize; a test checks that it stays the chart's rendering.
+# kubectl apply and kustomize (without the helm test hooks); a test checks that it
+# stays the chart's rendering.
 manifests: controlplane
 	@helm="$$($(BIN)/vkubeletctl controlplane build --all 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
 	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
 	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
-	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system; } > deploy/vkubelet.yaml
+	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system --skip-tests; } > deploy/vkubelet.yaml
+
+# charts/vkubelet/README.md: its README.md.gotmpl with a table of the values
+# from values.yaml's comments (internal/lab/chartdoc); a test fails when it is stale.
+chart-docs:
+	$(GO) run ./internal/lab/chartdoc/mkchartdoc -chart charts/vkubelet
 
 # The provider protocol's generated Go code (checked in): protoc from Debian's
 # protobuf-compiler, the Go plugins pinned here.

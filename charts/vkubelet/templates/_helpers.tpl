@@ -57,3 +57,90 @@ app.kubernetes.io/component: csr-approver
 {{- define "vkubelet.saDir" -}}
 /var/run/secrets/kubernetes.io/serviceaccount
 {{- end -}}
+
+{{/* The shared directory of the provider sidecar's unix socket. */}}
+{{- define "vkubelet.sidecarSocketDir" -}}
+/run/vkubelet-provider
+{{- end -}}
+
+{{/* The provider's configuration, as JSON: provider.config, or with the
+sidecar and no configuration the sidecar's socket. Empty: none. */}}
+{{- define "vkubelet.providerConfig" -}}
+{{- if .Values.provider.config -}}
+{{- toJson .Values.provider.config -}}
+{{- else if .Values.providerSidecar.enabled -}}
+{{- dict "endpoint" (printf "unix://%s/provider.sock" (include "vkubelet.sidecarSocketDir" .)) | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The first node of the release, where the helm test's probe pod runs. */}}
+{{- define "vkubelet.firstNode" -}}
+{{- if .Values.nodes -}}
+{{- (index .Values.nodes 0).name -}}
+{{- else -}}
+{{- .Values.nodeName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The spec of a helm test pod that runs kubectl (the entrypoint of
+tests.image) with .args, as the test ServiceAccount, through the release's
+kubeconfig (the API server's address and the cluster CA; the pod's own token).
+It runs where the node pods run: their nodeSelector, tolerations and network. */}}
+{{- define "vkubelet.testPodSpec" -}}
+{{- $ := .root -}}
+serviceAccountName: {{ include "vkubelet.fullname" $ }}-test
+restartPolicy: Never
+hostNetwork: {{ $.Values.hostNetwork }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- with $.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+containers:
+  - name: check
+    image: {{ $.Values.tests.image | quote }}
+    args:
+      - --kubeconfig=/etc/vkubelet/test/kubeconfig
+      - --cache-dir=/tmp/kube-cache
+      {{- toYaml .args | nindent 6 }}
+      - --timeout={{ $.Values.tests.timeoutSeconds }}s
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+    resources:
+      requests:
+        cpu: 10m
+        memory: 32Mi
+      limits:
+        memory: 128Mi
+    volumeMounts:
+      - name: kubeconfig
+        mountPath: /etc/vkubelet/test
+        readOnly: true
+      - name: tmp
+        mountPath: /tmp
+volumes:
+  - name: kubeconfig
+    configMap:
+      name: {{ include "vkubelet.fullname" $ }}
+      items:
+        - key: bootstrap-kubeconfig
+          path: kubeconfig
+  - name: tmp
+    emptyDir: {}
+{{- with $.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

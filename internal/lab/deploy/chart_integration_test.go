@@ -1,11 +1,14 @@
 package deploy
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +18,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +39,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The installs of TestTheChartRunsVkubeletOnAVkubeletNode mostly wait for
+	// the cluster: the five run side by side even where -parallel defaults to
+	// GOMAXPROCS (2 on CI's machines), unless -parallel says otherwise.
+	if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() != "" {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 5 {
+			_ = flag.Set("test.parallel", "5")
+		}
+	}
 	// Deployments need the controller manager (which also signs and approves the
 	// node's client certificate), the chart's pod the scheduler, and its token
 	// the ServiceAccount admission plugin.
@@ -109,8 +126,9 @@ func hostAddress(t *testing.T) string {
 }
 
 // The chart lints, and renders what its values say: replicas share the node by
-// leader election; no replica at all and a bad node name are refused with a
-// message naming the value.
+// leader election; no replica at all, a bad node name, a value of the wrong type,
+// an unknown value and a provider the chart cannot run are refused with a
+// message naming the value (the templates' checks and values.schema.json).
 func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	helm := helmRunner(t)
 	chart := chartDir(t)
@@ -123,6 +141,13 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 		{"nodes[0].name=n-%d,nodes[0].count=3", "templates (count) are not supported"},
 		{"nodes[0].name=Bad_Name", `nodes: "Bad_Name" is not a valid node name`},
 		{"kubelet.approveServingCSR=true", "kubelet.approveServingCSR is gone"},
+		{"provider.name=cri", "at '/provider/name': value must be one of 'mock', 'kube', 'remote', 'interlink'"},
+		{"replicas=two", "at '/replicas': got string, want integer"},
+		{"hostNetwork=yes", "at '/hostNetwork': got string, want boolean"},
+		{"provider.tokenFile=/t", "at '/provider': additional properties 'tokenFile' not allowed"},
+		{"nodName=n1", "additional properties 'nodName' not allowed"},
+		{"provider.tlsSecret=Not_A_Secret", "at '/provider/tlsSecret'"},
+		{"provider.config.endpoint=x,provider.existingSecret=s", "give the configuration in one of them"},
 	} {
 		out, err := helm("template", "vk", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -147,10 +172,121 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	}
 }
 
-// deploy/vkubelet.yaml is the chart rendered with its defaults (make manifests).
+// The chart mounts what each provider's configuration refers to, at the paths
+// values.yaml and docs/DEPLOYING.md promise, read-only and readable by the pod's
+// group alone; the sidecar shares the node's socket directory and runs as
+// confined as the node, and the node is pointed at its socket by default.
+func TestTheChartMountsWhatTheProvidersNeed(t *testing.T) {
+	helm := helmRunner(t)
+	out, err := helm("template", "vk", chartDir(t), "--skip-tests", "--set",
+		"provider.name=remote,provider.kubeconfigSecret=kc,provider.tlsSecret=tls,provider.tokenSecret=tok,providerSidecar.enabled=true,providerSidecar.secret=side")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	var cm corev1.ConfigMap
+	for _, doc := range strings.Split(out, "\n---\n") {
+		switch {
+		case strings.Contains(doc, "\nkind: Deployment\n") && strings.Contains(doc, "\n  name: vk-vkubelet\n"):
+			if err := yaml.Unmarshal([]byte(doc), &dep); err != nil {
+				t.Fatal(err)
+			}
+		case strings.Contains(doc, "\nkind: ConfigMap\n"):
+			if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spec := dep.Spec.Template.Spec
+	if len(spec.Containers) != 2 || spec.Containers[0].Name != "vkubelet" || spec.Containers[1].Name != "provider" {
+		t.Fatalf("containers %v, want vkubelet and the provider sidecar", spec.Containers)
+	}
+	mounts := func(c corev1.Container) map[string]corev1.VolumeMount {
+		m := map[string]corev1.VolumeMount{}
+		for _, vm := range c.VolumeMounts {
+			m[vm.MountPath] = vm
+		}
+		return m
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	node, sidecar := mounts(spec.Containers[0]), mounts(spec.Containers[1])
+	for _, tc := range []struct {
+		mounts         map[string]corev1.VolumeMount
+		dir, secret    string
+		files          []string
+		readOnly       bool
+		sharedEmptyDir bool
+	}{
+		{mounts: node, dir: "/etc/vkubelet/target", secret: "kc", files: []string{"kubeconfig"}, readOnly: true},
+		{mounts: node, dir: "/etc/vkubelet/tls", secret: "tls", files: []string{"ca.crt", "tls.crt", "tls.key"}, readOnly: true},
+		{mounts: node, dir: "/etc/vkubelet/token", secret: "tok", files: []string{"token"}, readOnly: true},
+		{mounts: sidecar, dir: "/etc/vkubelet/sidecar", secret: "side", readOnly: true},
+		{mounts: node, dir: "/run/vkubelet-provider", sharedEmptyDir: true},
+		{mounts: sidecar, dir: "/run/vkubelet-provider", sharedEmptyDir: true},
+	} {
+		vm, ok := tc.mounts[tc.dir]
+		if !ok {
+			t.Errorf("nothing mounted at %s", tc.dir)
+			continue
+		}
+		if vm.ReadOnly != tc.readOnly {
+			t.Errorf("%s: readOnly %v, want %v", tc.dir, vm.ReadOnly, tc.readOnly)
+		}
+		v := volumes[vm.Name]
+		if tc.sharedEmptyDir {
+			if v.EmptyDir == nil || vm.Name != "provider-socket" {
+				t.Errorf("%s: volume %s is not the shared emptyDir: %+v", tc.dir, vm.Name, v.VolumeSource)
+			}
+			continue
+		}
+		if v.Secret == nil || v.Secret.SecretName != tc.secret || v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o440 {
+			t.Errorf("%s: volume %+v, want Secret %s with mode 0440", tc.dir, v.VolumeSource, tc.secret)
+			continue
+		}
+		var files []string
+		for _, it := range v.Secret.Items {
+			files = append(files, it.Path)
+		}
+		if strings.Join(files, ",") != strings.Join(tc.files, ",") {
+			t.Errorf("%s: files %v, want %v", tc.dir, files, tc.files)
+		}
+	}
+	sc := spec.Containers[1].SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || len(sc.Capabilities.Add) > 0 || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("the sidecar's securityContext %+v: want a read-only root, no privilege escalation, every capability dropped", sc)
+	}
+	if ps := spec.SecurityContext; ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser != 65532 {
+		t.Errorf("the pod's securityContext %+v: want non-root 65532", ps)
+	}
+	// The bootstrap token is the node's alone: no token in the sidecar.
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("the pod's automountServiceAccountToken is %v: the sidecar would get the node's bootstrap token", spec.AutomountServiceAccountToken)
+	}
+	if vm, ok := node["/var/run/secrets/kubernetes.io/serviceaccount"]; !ok || !vm.ReadOnly || volumes[vm.Name].Projected == nil {
+		t.Errorf("the node's container has no read-only projected token at the ServiceAccount's path: %+v", vm)
+	}
+	for path := range sidecar {
+		if strings.HasPrefix(path, "/var/run/secrets") {
+			t.Errorf("the sidecar mounts %s", path)
+		}
+	}
+	if args := strings.Join(spec.Containers[1].Args, " "); args != "provider serve --provider=mock --nodename=vkubelet --listen=unix:///run/vkubelet-provider/provider.sock" {
+		t.Errorf("the sidecar's args %q: want the mock served on the shared socket", args)
+	}
+	if got, want := cm.Data["provider-config.json"], `{"endpoint":"unix:///run/vkubelet-provider/provider.sock"}`; got != want {
+		t.Errorf("provider-config.json is %q, want %q (the sidecar's socket)", got, want)
+	}
+}
+
+// deploy/vkubelet.yaml is the chart rendered with its defaults, without its
+// helm test hooks (make manifests).
 func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 	helm := helmRunner(t)
-	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system")
+	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system", "--skip-tests")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,62 +299,170 @@ func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 	}
 }
 
-// The dogfood test: vkubelet runs vkubelet. The chart installs vkubelet's image on
-// a vkubelet CRI node; that pod bootstraps its node identity with its
-// ServiceAccount and registers a second virtual node (mock provider), whose pod
-// reaches Running and serves logs and exec through it. An upgrade restarts the
-// node process and the node comes back; an uninstall removes everything the chart
-// made.
-func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
-	helm := helmRunner(t)
-	cp := testenv.ControlPlane(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t)
-	ctx := context.Background()
-	const (
-		host  = "dogfood-host"
-		inner = "dogfood-inner"
-		tag   = "v0.0.0-dogfood"
-	)
+// host is the vkubelet CRI node the chart's pods run on, with vkubelet's image
+// imported into its containerd: one for the package's installs, which run side
+// by side on it.
+type host struct {
+	name string
+	tag  string
+	env  *crienv.Env
+}
 
+// startHost builds vkubelet's image and runs the CRI node until t ends.
+func startHost(t *testing.T) *host {
+	t.Helper()
+	h := &host{name: "dogfood-host", tag: "v0.0.0-dogfood"}
+	ctx := context.Background()
 	module, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := image.Build(ctx, image.Options{ModuleDir: module, Version: tag, Created: time.Unix(0, 0)})
+	start := time.Now()
+	img, err := image.Build(ctx, image.Options{ModuleDir: module, Version: h.tag, Created: time.Unix(0, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("vkubelet's image built (%s)", time.Since(start).Round(100*time.Millisecond))
 	archive := filepath.Join(t.TempDir(), "image.tar")
-	if err := image.WriteArchive(img, image.DefaultRepository+":"+tag, archive); err != nil {
+	if err := image.WriteArchive(uncompressed(t, img), image.DefaultRepository+":"+h.tag, archive); err != nil {
 		t.Fatal(err)
 	}
-	env, err := crienv.Start(ctx)
+	h.env, err = crienv.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(env.Stop)
-	if _, err := env.ImportImage(ctx, archive); err != nil {
+	t.Cleanup(h.env.Stop)
+	if _, err := h.env.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
-	nodetest.Run(t, nodetest.CRIConfig(t, host, env))
+	t.Logf("vkubelet's image built and imported (%s)", time.Since(start).Round(100*time.Millisecond))
+	nodetest.Run(t, nodetest.CRIConfig(t, h.name, h.env))
+	return h
+}
 
-	// Until pods on a CRI node reach Services (the kubernetes Service among them),
-	// the pod runs in the host's network and is told the API server's address.
-	values := map[string]any{
-		"nodeName":    inner,
-		"image":       map[string]any{"tag": tag, "pullPolicy": "Never"},
-		"apiServer":   cp.URL,
+// uncompressed is img with its layers stored as they are, for an import into
+// the host's containerd: gzip, race-instrumented, took 28 s over kubectl's
+// 62 MB (1.5 s without the race detector), and an image is compressed to be
+// written. The files and the configuration are img's.
+func uncompressed(t *testing.T, img v1.Image) v1.Image {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := empty.Image
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err = mutate.AppendLayers(out, static.NewLayer(b, types.OCIUncompressedLayer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err = mutate.ConfigFile(out, cf); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// importKubectl imports helm test's image into h's containerd and returns its
+// name.
+func (h *host) importKubectl(t *testing.T) string {
+	t.Helper()
+	start := time.Now()
+	ref := "registry.k8s.io/kubectl:" + h.tag
+	archive := filepath.Join(t.TempDir(), "kubectl.tar")
+	if err := image.WriteArchive(kubectlImage(t), ref, archive); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.env.ImportImage(context.Background(), archive); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl's image imported (%s)", time.Since(start).Round(100*time.Millisecond))
+	return ref
+}
+
+// kubectlImage is helm test's image: the control plane's kubectl (static) as
+// its entrypoint, in the place of registry.k8s.io/kubectl, its one layer
+// uncompressed (as uncompressed says why).
+func kubectlImage(t *testing.T) v1.Image {
+	t.Helper()
+	bin, err := os.ReadFile(testenv.ControlPlane(t).Binaries.Kubectl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "kubectl", Mode: 0o755, Size: int64(len(bin))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(layer.Bytes(), types.OCIUncompressedLayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Entrypoint = []string{"/kubectl"}
+	cf.Config.User = fmt.Sprintf("%d:%d", image.NonRoot, image.NonRoot)
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// openSecretMode is the mode the tests give the Secrets' files: the CRI
+// provider applies no fsGroup to a pod's volumes, so the files stay root's and
+// the chart's 0440 would keep the node's user (65532) out.
+const openSecretMode = 0o444
+
+// values are the chart's values for a release running node on h. The host is
+// started without kube-proxy and cluster DNS (internal/lab/clusternet, which the
+// test leaves out to stay quick), so its pods reach no Service: the release's
+// pods run in the host's network and are told the API server's address.
+func (h *host) values(t *testing.T, node string) map[string]any {
+	t.Helper()
+	return map[string]any{
+		"nodeName":    node,
+		"image":       map[string]any{"tag": h.tag, "pullPolicy": "Never"},
+		"apiServer":   testenv.ControlPlane(t).URL,
 		"hostNetwork": true,
 		"kubelet":     map[string]any{"port": freePort(t), "address": hostAddress(t)},
 		"healthzPort": freePort(t),
 		"approver":    map[string]any{"healthzPort": freePort(t)},
 		"nodeSelector": map[string]string{
-			"kubernetes.io/hostname": host,
+			"kubernetes.io/hostname": h.name,
 		},
 		"tolerations": []map[string]string{{"key": "virtual-kubelet.io/provider", "operator": "Exists"}},
 		"extraArgs":   []string{"--node-lease-duration=10s", "--node-lease-renew-interval=2s", "--status-poll-interval=1s"},
 	}
+}
+
+// install installs the chart as release in ns with values, waits for its pods
+// and returns the values' file. The release is uninstalled and its node
+// deleted when t ends.
+func install(t *testing.T, helm func(...string) (string, error), ns, release string, values map[string]any) string {
+	t.Helper()
+	c := testenv.Client(t)
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
 	b, err := yaml.Marshal(values)
 	if err != nil {
@@ -227,19 +471,70 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	if err := os.WriteFile(valuesFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	chart := chartDir(t)
-	release := "dogfood"
-	if out, err := helm("install", release, chart, "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m"); err != nil {
-		describe(t, c, ns)
+	node := values["nodeName"].(string)
+	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _, _ = helm("uninstall", release, "--namespace", ns, "--ignore-not-found") })
+	if out, err := helm("install", release, chartDir(t), "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m"); err != nil {
+		describe(t, c, ns, node)
 		t.Fatalf("%v\n%s", err, out)
 	}
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), inner, metav1.DeleteOptions{}) })
+	return valuesFile
+}
+
+// The chart installs vkubelet with each provider that runs in a pod, on a
+// vkubelet CRI node, side by side: vkubelet runs vkubelet.
+func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
+	testenv.ControlPlane(t) // skipped under -short before building anything
+	h := startHost(t)
+	t.Run("mock", func(t *testing.T) { t.Parallel(); testDogfood(t, h) })
+	t.Run("kube", func(t *testing.T) { t.Parallel(); testKubeProvider(t, h) })
+	t.Run("remote-over-tls", func(t *testing.T) { t.Parallel(); testRemoteProviderOverTLS(t, h) })
+	t.Run("remote-on-the-sidecars-socket", func(t *testing.T) { t.Parallel(); testRemoteProviderOnTheSidecarsSocket(t, h) })
+	t.Run("interlink-with-a-token", func(t *testing.T) { t.Parallel(); testInterLinkWithAToken(t, h) })
+}
+
+// The dogfood test: the chart installs vkubelet's image on a vkubelet CRI node;
+// that pod bootstraps its node identity with its ServiceAccount and registers a
+// second virtual node (mock provider), which `helm test` finds Ready and running
+// a pod; a pod of ours reaches Running there and serves logs and exec through it.
+// An upgrade restarts the node process and the node comes back; an uninstall
+// removes everything the chart made.
+func testDogfood(t *testing.T, h *host) {
+	helm := helmRunner(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	const inner = "dogfood-inner"
+
+	values := h.values(t, inner)
+	values["tests"] = map[string]any{"image": h.importKubectl(t), "probeImage": h.env.Pause, "timeoutSeconds": 90}
+	chart := chartDir(t)
+	release := "dogfood"
+	valuesFile := install(t, helm, ns, release, values)
 	testenv.WaitNodeReady(t, c, inner, 2*time.Minute)
 	// The node is system:node:dogfood-inner: its client certificate came from a
 	// CSR its ServiceAccount sent, its serving certificate from a CSR the node
 	// sent, both approved by the chart's approver.
 	sa := "system:serviceaccount:" + ns + ":" + release + "-vkubelet"
 	checkIssuedByTheApprover(t, c, sa, inner)
+
+	// helm test: its pods find the node Ready and a pod running on it, with a
+	// ServiceAccount of their own, all deleted once they pass.
+	if out, err := helm("test", release, "--namespace", ns, "--timeout", "3m"); err != nil {
+		describe(t, c, ns, inner)
+		t.Fatalf("%v\n%s", err, out)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component in (test, test-probe)"})
+		if err != nil {
+			return false, err.Error()
+		}
+		sas, err := c.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + release + "-vkubelet-test"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0 && len(sas.Items) == 0, fmt.Sprintf("%d test pods and %d test ServiceAccounts left after helm test passed", len(pods.Items), len(sas.Items))
+	})
 
 	// A thief holding the node pod's token can obtain no other node's
 	// certificates, nor ask for any other signer's.
@@ -285,7 +580,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 		"--set", "extraArgs={--node-lease-duration=10s,--node-lease-renew-interval=2s,--status-poll-interval=1s,--log-level=debug}",
 		"--set", "nodes[0].name="+inner+",nodes[1].name="+inner+"-b,nodes[2].name="+inner+"-c",
 		"--wait", "--timeout", "4m"); err != nil {
-		describe(t, c, ns)
+		describe(t, c, ns, inner)
 		t.Fatalf("%v\n%s", err, out)
 	}
 	if after := chartPod(t, c, ns, release); after.UID == before.UID || !strings.Contains(strings.Join(after.Spec.Containers[0].Args, " "), "--log-level=debug") {
@@ -451,13 +746,18 @@ func processUID(t *testing.T, arg string) string {
 	return ""
 }
 
-// describe logs the namespace's pods and events, for a failed install.
-func describe(t *testing.T, c kubernetes.Interface, ns string) {
+// describe logs the namespace's pods and events, for a failed install of node.
+func describe(t *testing.T, c kubernetes.Interface, ns, node string) {
 	t.Helper()
 	if pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
 		for _, p := range pods.Items {
 			b, _ := yaml.Marshal(p.Status)
 			t.Logf("pod %s on %q:\n%s", p.Name, p.Spec.NodeName, b)
+			for _, ctr := range p.Spec.Containers {
+				tail := int64(20)
+				logs, err := c.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name, TailLines: &tail}).DoRaw(context.Background())
+				t.Logf("pod %s, container %s, its log's end (%v):\n%s", p.Name, ctr.Name, err, logs)
+			}
 		}
 	}
 	if evs, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
@@ -465,7 +765,7 @@ func describe(t *testing.T, c kubernetes.Interface, ns string) {
 			t.Logf("event %s %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
 		}
 	}
-	if _, err := c.CoreV1().Nodes().Get(context.Background(), "dogfood-inner", metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		t.Logf("node dogfood-inner was never registered")
+	if _, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Logf("node %s was never registered", node)
 	}
 }
