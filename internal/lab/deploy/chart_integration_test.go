@@ -311,6 +311,7 @@ type host struct {
 // startHost builds vkubelet's image and runs the CRI node until t ends.
 func startHost(t *testing.T) *host {
 	t.Helper()
+	testenv.Require(t, crienv.Available())
 	h := &host{name: "dogfood-host", tag: "v0.0.0-dogfood"}
 	ctx := context.Background()
 	module, err := filepath.Abs("../../..")
