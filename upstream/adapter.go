@@ -37,6 +37,13 @@ type Config struct {
 	// (its pods in a map without a lock). Streams (logs, exec, attach,
 	// port-forward) and Ping are never serialized: they would hold up the rest.
 	Serialize bool
+	// StatusFromNotifications keeps the last pod a notifying provider reported,
+	// to answer for the provider when its GetPod or GetPodStatus fails with
+	// another error than NotFound: for a provider that, as upstream's pod
+	// controller allowed, reports its pods only by notification (interLink's
+	// virtual kubelet answers both with an error). It costs a copy of each
+	// pod, so it is off unless asked for.
+	StatusFromNotifications bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -98,6 +105,9 @@ func adapt(cfg Config, p nodeutil.Provider, np node.NodeProvider) (*Adapter, err
 	if cfg.Serialize {
 		a.serial = &sync.Mutex{}
 	}
+	if cfg.StatusFromNotifications && notifies(p) {
+		a.notified = newNotified(func() time.Time { return a.now() })
+	}
 	return a, nil
 }
 
@@ -120,7 +130,7 @@ type Adapter struct {
 	node       *corev1.Node
 	configurer nodeConfigurer
 	// notified answers for a notifying provider whose GetPod or GetPodStatus
-	// fails (nil for others).
+	// fails (Config.StatusFromNotifications; nil for others).
 	notified *notified
 }
 
@@ -129,7 +139,6 @@ type notifyingAdapter struct{ *Adapter }
 
 func (a *Adapter) withNotifier() provider.PodLifecycleHandler {
 	if notifies(a.p) {
-		a.notified = newNotified(func() time.Time { return a.now() })
 		return notifyingAdapter{a}
 	}
 	return a
@@ -311,7 +320,9 @@ func (a *Adapter) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 func (a notifyingAdapter) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	a.p.(node.PodNotifier).NotifyPods(ctx, func(p *corev1.Pod) {
 		if p != nil {
-			a.notified.remember(p.DeepCopy())
+			if a.notified != nil {
+				a.notified.remember(p.DeepCopy())
+			}
 			notify(p.DeepCopy())
 		}
 	})

@@ -25,8 +25,9 @@
 //     show are NotFound before the provider is asked (a provider whose GetPod
 //     fails otherwise is asked);
 //   - a provider that notifies its pods' statuses and cannot read them back
-//     (GetPod and GetPodStatus fail) is answered for by its last notification,
-//     as upstream's pod controller took notifications as the statuses;
+//     (GetPod and GetPodStatus fail) is answered for by its last notification
+//     if asked (Config.StatusFromNotifications), as upstream's pod controller
+//     took notifications as the statuses;
 //   - errors of upstream's classes (errdefs.NotFound, InvalidInput, and a pod
 //     returned nil) become vkubelet's, and an exec's exit status an
 //     *provider.ExecError.

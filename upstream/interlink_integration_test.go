@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/interlinkplugin"
@@ -137,6 +138,10 @@ Resources:
 	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "job"},
 		Spec: corev1.PodSpec{NodeName: node, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			// Longer than the wait for its deletion below: the pod must go
+			// when interLink reports it stopped (its notification answers for
+			// its GetPodStatus), not when the grace period runs out.
+			TerminationGracePeriodSeconds: ptr.To[int64](300),
 			Containers: []corev1.Container{{Name: "main", Image: "busybox", Args: []string{"hello from the plugin"},
 				EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}}}},

@@ -18,16 +18,16 @@ import (
 	"github.com/vkubelet/vkubelet/provider"
 )
 
-// A notifying provider that cannot read its pods back (interLink's answers
-// GetPod and GetPodStatus with an error) is answered for by its last
-// notification, from the first one until a while after the pod's deletion;
+// With StatusFromNotifications, a notifying provider that cannot read its pods
+// back (interLink's answers GetPod and GetPodStatus with an error) is answered
+// for by its last notification, from the first one until a while after the pod's deletion;
 // NotFound stays NotFound, and a provider that does not notify has no stand-in.
 func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T) {
 	ctx := context.Background()
 	f := &notifyingFake{fakeProvider: newFake()}
 	f.readErr = errors.New("NOT IMPLEMENTED")
 	now := time.Unix(1000, 0)
-	h, err := Wrap(Config{}, f, nil)
+	h, err := Wrap(Config{StatusFromNotifications: true}, f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +84,18 @@ func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T
 	// A provider that does not notify has nothing to stand in.
 	plain := newFake()
 	plain.readErr = errors.New("NOT IMPLEMENTED")
-	if _, err := wrap(t, plain, nil, Config{}).GetPodStatus(ctx, "ns", "a"); err == nil {
+	if _, err := wrap(t, plain, nil, Config{StatusFromNotifications: true}).GetPodStatus(ctx, "ns", "a"); err == nil {
 		t.Fatal("a provider that does not notify: its error hidden")
+	}
+	// Unless asked for, nothing is kept: a provider that can read its pods
+	// back pays no copy of each.
+	nf := &notifyingFake{fakeProvider: newFake()}
+	nf.readErr = errors.New("NOT IMPLEMENTED")
+	h = wrap(t, nf, nil, Config{})
+	h.(provider.PodNotifier).NotifyPods(ctx, func(*corev1.Pod) {})
+	nf.notify(running)
+	if _, err := h.GetPodStatus(ctx, "ns", "a"); err == nil {
+		t.Fatal("without StatusFromNotifications, a notification answered for the provider")
 	}
 }
 
