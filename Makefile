@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto release
 
 all: build
 
@@ -40,6 +40,19 @@ image:
 	@mkdir -p $(BIN)
 	$(STATIC) $(GO) run $(STATIC_FLAGS) ./internal/lab/image/mkimage -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
 		-created "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" -repo $(IMAGE_REPO) -out $(BIN)/vkubelet-image.tar
+
+# A release into dist/ (internal/lab/release): vkubelet for linux/amd64 and
+# linux/arm64 with SHA256SUMS, an SPDX SBOM, the image as a multi-platform index
+# (an OCI layout archive) and the chart packaged. With REGISTRY (ghcr.io/vkubelet,
+# or host:port of a local registry with RELEASE_FLAGS=-plain-http) it pushes the
+# image, its SBOM and the chart there. The release workflow runs it on a tag.
+REGISTRY ?=
+RELEASE_FLAGS ?=
+release: controlplane
+	@case "$(VERSION)" in v*.*.*) ;; *) echo "make release: VERSION=$(VERSION) is not a release tag (make release VERSION=v1.2.3)"; exit 1;; esac
+	$(STATIC) $(GO) run $(STATIC_FLAGS) ./internal/lab/release/mkrelease -version $(VERSION) -revision "$(COMMIT)" \
+		-created "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" -out dist \
+		$(if $(REGISTRY),-registry $(REGISTRY)) $(RELEASE_FLAGS)
 
 # deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
 # kubectl apply and kustomize (without the helm test hooks); a test checks that it

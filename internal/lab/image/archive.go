@@ -118,3 +118,28 @@ func copyFile(w io.Writer, path string) error {
 	_, err = io.Copy(w, f)
 	return err
 }
+
+// WriteIndexArchive writes idx, a multi-platform image, as an OCI image layout
+// tagged ref in a tar archive at path, as reproducibly as WriteArchive.
+func WriteIndexArchive(idx v1.ImageIndex, ref, path string) error {
+	r, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("image: tag %q: %w", ref, err)
+	}
+	dir, err := os.MkdirTemp("", "vkubelet-oci-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
+		containerdImageName: r.Name(),
+		ociRefName:          r.Name(),
+	})); err != nil {
+		return err
+	}
+	return tarDir(dir, path)
+}

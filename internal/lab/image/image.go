@@ -60,21 +60,41 @@ type Options struct {
 
 // Build compiles a static vkubelet for linux and returns its image.
 func Build(ctx context.Context, o Options) (v1.Image, error) {
-	if o.Version == "" {
-		return nil, fmt.Errorf("image: a version is needed (it is the tag)")
-	}
-	if o.Arch == "" {
-		o.Arch = "amd64"
-	}
 	tmp, err := os.MkdirTemp("", "vkubelet-image-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "vkubelet")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath",
-		"-ldflags", "-s -w -X github.com/vkubelet/vkubelet/internal/version.Version="+o.Version,
-		"-o", bin, "./cmd/vkubelet")
+	if err := Compile(ctx, o, bin); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	return FromBinary(data, o)
+}
+
+// Compile builds the static vkubelet for linux/o.Arch at path: trimmed paths,
+// no symbol tables, the version, commit and the commit's time written in
+// (`vkubelet version`), so that one commit builds the same binary anywhere.
+func Compile(ctx context.Context, o Options, path string) error {
+	if o.Version == "" {
+		return fmt.Errorf("image: a version is needed (it is the tag)")
+	}
+	if o.Arch == "" {
+		o.Arch = "amd64"
+	}
+	const pkg = "github.com/vkubelet/vkubelet/internal/version."
+	ldflags := "-s -w -X " + pkg + "Version=" + o.Version
+	if o.Revision != "" {
+		ldflags += " -X " + pkg + "Commit=" + o.Revision
+	}
+	if !o.Created.IsZero() && o.Created.Unix() != 0 {
+		ldflags += " -X " + pkg + "Date=" + o.Created.UTC().Format(time.RFC3339)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", path, "./cmd/vkubelet")
 	cmd.Dir = o.ModuleDir
 	// Static: the image has no C library. GOFLAGS of the caller (-race from a test
 	// run, say) must not reach this build.
@@ -82,16 +102,12 @@ func Build(ctx context.Context, o Options) (v1.Image, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("image: go build: %w\n%s", err, out.String())
+		return fmt.Errorf("image: go build for linux/%s: %w\n%s", o.Arch, err, out.String())
 	}
 	if o.Log != nil {
 		_, _ = o.Log.Write(out.Bytes())
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return nil, err
-	}
-	return FromBinary(data, o)
+	return nil
 }
 
 // FromBinary returns the image around an already built static binary.
