@@ -197,7 +197,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				if netnsMissing != nil {
 					why = netnsMissing.Error()
 				}
-				log.Warn("the node's address is 127.0.0.1, without a network namespace of its own ("+why+"): logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it")
+				log.Warn("the node's address is 127.0.0.1, without a network namespace of its own (" + why + "): logs, exec and port-forward work, but the API server will not proxy nodes/<name>/proxy/... (stats) to it")
 				log.Warn("kubectl top is unavailable: metrics-server runs only with --netns, as the API server will not proxy metrics.k8s.io to a loopback address")
 			}
 			names := make([]string, len(configs))
