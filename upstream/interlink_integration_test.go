@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -86,7 +85,6 @@ Resources:
 `, apiPort))
 
 	bootstrap := testenv.NodeBootstrap(t, node)
-	stderr := &syncBuffer{}
 	run := exec.Command(bin, "--provider", "interlink-vk", "--provider-config", vkConfig,
 		"--nodename", node, "--address", "127.0.0.1",
 		"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(dir, "node.kubeconfig"),
@@ -95,28 +93,7 @@ Resources:
 		// extension-apiserver-authentication); a kubelet is given it so.
 		"--client-ca-file", cp.PKI.CACert)
 	run.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath)
-	run.Stdout, run.Stderr = stderr, stderr
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-	t.Cleanup(func() {
-		_ = run.Process.Signal(syscall.SIGTERM)
-		var err error
-		select {
-		case err = <-exited:
-		case <-time.After(30 * time.Second):
-			_ = run.Process.Kill()
-			err = <-exited
-		}
-		if err != nil {
-			t.Errorf("the node with interLink's virtual kubelet did not stop cleanly on SIGTERM (%v):\n%s", err, stderr.String())
-		} else if t.Failed() {
-			t.Logf("the node with interLink's virtual kubelet:\n%s", stderr.String())
-		}
-		_ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
-	})
+	runNode(t, "the node with interLink's virtual kubelet", run, node)
 
 	// The node registers as interLink configures it: its capacity from the
 	// configuration file, its label and taint.

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,35 +38,10 @@ func TestUpstreamsMockCompiledInThroughTheSDKRunsANode(t *testing.T) {
 
 	dir := t.TempDir()
 	bootstrap := testenv.NodeBootstrap(t, node)
-	stderr := &syncBuffer{}
-	run := exec.Command(bin, "--provider", "upstream-mock", "--nodename", node, "--address", "127.0.0.1",
+	stderr := runNode(t, "the node with upstream's mock compiled in", exec.Command(bin, "--provider", "upstream-mock", "--nodename", node, "--address", "127.0.0.1",
 		"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(dir, "node.kubeconfig"),
 		"--cert-dir", filepath.Join(dir, "certs"),
-		"--kubelet-port", "0", "--self-signed-serving-cert", "--log-level", "debug")
-	run.Stdout, run.Stderr = stderr, stderr
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-	t.Cleanup(func() {
-		_ = run.Process.Signal(syscall.SIGTERM)
-		var err error
-		select {
-		case err = <-exited:
-		case <-time.After(30 * time.Second):
-			_ = run.Process.Kill()
-			err = <-exited
-		}
-		if strings.Contains(stderr.String(), "WARNING: DATA RACE") {
-			t.Errorf("a data race in the node with upstream's mock compiled in:\n%s", stderr.String())
-		} else if err != nil {
-			t.Errorf("the node with upstream's mock compiled in did not stop cleanly on SIGTERM (%v):\n%s", err, stderr.String())
-		} else if t.Failed() {
-			t.Logf("the node with upstream's mock compiled in:\n%s", stderr.String())
-		}
-		_ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
-	})
+		"--kubelet-port", "0", "--self-signed-serving-cert", "--log-level", "debug"), node)
 
 	// The node registers, configured by the mock: its capacity, without the
 	// label a node may not set on itself, which the node says it left out (its

@@ -28,6 +28,18 @@ const (
 // path. The archive is as reproducible as the image: its entries are sorted and
 // carry no times or owners of this machine.
 func WriteArchive(img v1.Image, ref, path string) error {
+	return writeLayout(ref, path, func(lp layout.Path, o layout.Option) error { return lp.AppendImage(img, o) })
+}
+
+// WriteIndexArchive writes idx, a multi-platform image, as an OCI image layout
+// tagged ref in a tar archive at path, as reproducibly as WriteArchive.
+func WriteIndexArchive(idx v1.ImageIndex, ref, path string) error {
+	return writeLayout(ref, path, func(lp layout.Path, o layout.Option) error { return lp.AppendIndex(idx, o) })
+}
+
+// writeLayout writes an OCI image layout to which add adds the image, with
+// the annotations that tag it ref, as a tar archive at path.
+func writeLayout(ref, path string, add func(layout.Path, layout.Option) error) error {
 	r, err := name.NewTag(ref)
 	if err != nil {
 		return fmt.Errorf("image: tag %q: %w", ref, err)
@@ -41,7 +53,7 @@ func WriteArchive(img v1.Image, ref, path string) error {
 	if err != nil {
 		return err
 	}
-	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
+	if err := add(lp, layout.WithAnnotations(map[string]string{
 		containerdImageName: r.Name(),
 		ociRefName:          r.Name(),
 	})); err != nil {
@@ -117,29 +129,4 @@ func copyFile(w io.Writer, path string) error {
 	defer f.Close()
 	_, err = io.Copy(w, f)
 	return err
-}
-
-// WriteIndexArchive writes idx, a multi-platform image, as an OCI image layout
-// tagged ref in a tar archive at path, as reproducibly as WriteArchive.
-func WriteIndexArchive(idx v1.ImageIndex, ref, path string) error {
-	r, err := name.NewTag(ref)
-	if err != nil {
-		return fmt.Errorf("image: tag %q: %w", ref, err)
-	}
-	dir, err := os.MkdirTemp("", "vkubelet-oci-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	lp, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		containerdImageName: r.Name(),
-		ociRefName:          r.Name(),
-	})); err != nil {
-		return err
-	}
-	return tarDir(dir, path)
 }
