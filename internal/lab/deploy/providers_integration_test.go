@@ -7,23 +7,23 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/vkubelet/vkubelet/internal/lab/interlinkplugin"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
 // The installs of the providers other than the mock, each a subtest of
@@ -132,7 +132,11 @@ func testInterLinkWithAToken(t *testing.T, h *host) {
 	const node = "chart-interlink"
 
 	token := rand.Text()
-	plugin := &plugin{token: token, created: map[string]bool{}}
+	m, err := mock.New(mock.Config{}, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := interlinkplugin.New(m, token)
 	srv := httptest.NewServer(plugin)
 	t.Cleanup(srv.Close)
 	createSecret(t, c, ns, "plugin-token", map[string][]byte{"token": []byte(token + "\n")})
@@ -148,75 +152,15 @@ func testInterLinkWithAToken(t *testing.T, h *host) {
 	}
 	install(t, helm, ns, "interlink", values)
 	testenv.WaitNodeReady(t, c, node, 2*time.Minute)
-	runPodOn(t, c, ns, node)
-	if n := plugin.createdCount(); n != 1 {
-		t.Errorf("the plugin was asked to create %d pods, want 1", n)
+	uid := runPodOn(t, c, ns, node)
+	if _, creates, _ := plugin.Submitted(uid); creates != 1 {
+		t.Errorf("the plugin was asked to create the pod %d times, want 1", creates)
 	}
 }
 
-// plugin is as much of an interLink plugin's REST API as a node needs to run a
-// pod: /create gives a job ID, /status says every container of the pods asked
-// about runs, /delete forgets the pod. Requests without the token are refused.
-type plugin struct {
-	token string
-
-	mu      sync.Mutex
-	created map[string]bool // by pod UID
-}
-
-func (p *plugin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "Bearer "+p.token {
-		http.Error(w, "no or wrong bearer token", http.StatusUnauthorized)
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch r.URL.Path {
-	case "/create":
-		var req []struct {
-			Pod corev1.Pod `json:"pod"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var out []map[string]string
-		for _, e := range req {
-			p.created[string(e.Pod.UID)] = true
-			out = append(out, map[string]string{"PodUID": string(e.Pod.UID), "PodJID": "job-" + string(e.Pod.UID)})
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	case "/status":
-		var pods []corev1.Pod
-		if err := json.NewDecoder(r.Body).Decode(&pods); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		out := []map[string]any{}
-		for _, pod := range pods {
-			var cs []corev1.ContainerStatus
-			for _, ctr := range pod.Spec.Containers {
-				cs = append(cs, corev1.ContainerStatus{Name: ctr.Name, Image: ctr.Image, Ready: true, Started: new(true),
-					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
-			}
-			out = append(out, map[string]any{"name": pod.Name, "UID": pod.UID, "namespace": pod.Namespace,
-				"JID": "job-" + string(pod.UID), "containers": cs, "initContainers": []corev1.ContainerStatus{}})
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	case "/delete":
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func (p *plugin) createdCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.created)
-}
-
-// runPodOn runs a pod the scheduler places on node and waits for it to run.
-func runPodOn(t *testing.T, c kubernetes.Interface, ns, node string) {
+// runPodOn runs a pod the scheduler places on node, waits for it to run and
+// returns its UID.
+func runPodOn(t *testing.T, c kubernetes.Interface, ns, node string) types.UID {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "on-" + node},
@@ -226,10 +170,12 @@ func runPodOn(t *testing.T, c kubernetes.Interface, ns, node string) {
 			Containers:   []corev1.Container{{Name: "main", Image: "busybox", Args: []string{"sleep", "3600"}}},
 		},
 	}
-	if _, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+	created, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, c, ns, pod.Name, node)
+	return created.UID
 }
 
 func createSecret(t *testing.T, c kubernetes.Interface, ns, name string, data map[string][]byte) {
