@@ -390,6 +390,46 @@ func TestResolvedPodVolumesEnvAndInitContainers(t *testing.T) {
 	check("gone\n", "sh", "-c", "test -e /etc/config/nested || echo gone")
 }
 
+// A pod's fsGroup owns its volumes, as on a kubelet: a Secret's file of mode 0400
+// becomes readable by the group and belongs to it, the emptyDir is the group's
+// with setgid (what a container writes there is the group's), and the
+// containers' processes, run as a user of their own, have the group.
+func TestTheFSGroupOwnsThePodsVolumes(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	ctx := context.Background()
+	pod := busyboxPod("fsgroup", sleepForever)
+	pod.Spec.HostNetwork = true
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(1000)), FSGroup: ptr.To(int64(2000))}
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr.To(int32(0o400))}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "secret", MountPath: "/etc/secret"}, {Name: "scratch", MountPath: "/scratch"}}
+	rp := &provider.ResolvedPod{Pod: pod, Volumes: map[string]*provider.VolumeContents{"secret": {Files: []provider.VolumeFile{
+		{Path: "key", Data: []byte("s3cret"), Mode: 0o400},
+	}}}}
+	if err := p.CreateResolvedPod(ctx, rp); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	for _, c := range []struct {
+		want string
+		cmd  []string
+	}{
+		{"s3cret", []string{"cat", "/etc/secret/key"}},
+		{"2000 440\n", []string{"stat", "-L", "-c", "%g %a", "/etc/secret/key"}},
+		{"2000 2777\n", []string{"stat", "-c", "%g %a", "/scratch"}},
+		{"2000\n", []string{"sh", "-c", "touch /scratch/f && stat -c %g /scratch/f"}},
+		{"yes\n", []string{"sh", "-c", "id -G | tr ' ' '\\n' | grep -qx 2000 && echo yes"}},
+	} {
+		out, err := execOut(t, p, pod, "main", c.cmd...)
+		if err != nil || out != c.want {
+			t.Errorf("%v = %q, %v; want %q", c.cmd, out, err, c.want)
+		}
+	}
+}
+
 // Resources and the security context reach the container: its memory cgroup limit,
 // CPU quota, user and read-only root filesystem.
 func TestResourcesAndSecurityContext(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -128,7 +129,7 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		cfg.Linux.SecurityContext.RunAsUser = int64Value(sc.RunAsUser)
 		cfg.Linux.SecurityContext.RunAsGroup = int64Value(sc.RunAsGroup)
-		cfg.Linux.SecurityContext.SupplementalGroups = sc.SupplementalGroups
+		cfg.Linux.SecurityContext.SupplementalGroups = supplementalGroups(sc)
 	}
 	for _, c := range allContainers(pod) {
 		// A privileged container needs a privileged sandbox (the runtime refuses
@@ -245,12 +246,23 @@ func resources(c *corev1.Container) *runtimeapi.LinuxContainerResources {
 	return r
 }
 
+// supplementalGroups are the groups a pod's processes belong to besides their
+// own: the pod's supplementalGroups and, as the kubelet adds it, its fsGroup,
+// which owns the pod's volumes (fsGroup below).
+func supplementalGroups(psc *corev1.PodSecurityContext) []int64 {
+	groups := slices.Clone(psc.SupplementalGroups)
+	if g := psc.FSGroup; g != nil && !slices.Contains(groups, *g) {
+		groups = append(groups, *g)
+	}
+	return groups
+}
+
 func (p *Provider) securityContext(pod *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContainerSecurityContext {
 	sc := &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: p.namespaceOptions(pod)}
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		sc.RunAsUser = int64Value(psc.RunAsUser)
 		sc.RunAsGroup = int64Value(psc.RunAsGroup)
-		sc.SupplementalGroups = psc.SupplementalGroups
+		sc.SupplementalGroups = supplementalGroups(psc)
 	}
 	csc := c.SecurityContext
 	if csc == nil {

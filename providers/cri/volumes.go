@@ -69,7 +69,10 @@ func (p *Provider) volumeHostPath(pod *corev1.Pod, vol *corev1.Volume) (string, 
 		// World-writable whatever the umask, as the kubelet makes it: containers
 		// running as another user than root (the vkubelet image's 65532, for
 		// one) must write to their emptyDir.
-		return dir, false, os.Chmod(dir, 0o777)
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return "", false, err
+		}
+		return dir, false, setVolumeOwnership(dir, fsGroup(pod), false)
 	case hasContents(vol):
 		dir := p.volumeDir(pod, vol.Name)
 		return dir, true, os.MkdirAll(dir, 0o755)
@@ -89,8 +92,12 @@ func (p *Provider) writeVolumes(pod *corev1.Pod, vols map[string]*provider.Volum
 		if vc := vols[v.Name]; vc != nil {
 			files = vc.Files
 		}
-		if err := writeAtomic(p.volumeDir(pod, v.Name), files); err != nil {
+		dir := p.volumeDir(pod, v.Name)
+		if err := writeAtomic(dir, files); err != nil {
 			return fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+		if err := setVolumeOwnership(dir, fsGroup(pod), true); err != nil {
+			return fmt.Errorf("volume %q: fsGroup: %w", v.Name, err)
 		}
 	}
 	return nil
@@ -166,6 +173,48 @@ func writeAtomic(dir string, files []provider.VolumeFile) error {
 		_ = os.RemoveAll(filepath.Join(dir, old))
 	}
 	return nil
+}
+
+// fsGroup is the pod's fsGroup, or nil.
+func fsGroup(pod *corev1.Pod) *int64 {
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		return sc.FSGroup
+	}
+	return nil
+}
+
+// setVolumeOwnership gives the volume at dir to the pod's fsGroup, as the
+// kubelet does when it sets a volume up: every entry's group becomes gid, each
+// file gains the group's read (and, for a volume the pod may write, write)
+// permission, each directory also the group's search permission and setgid,
+// so that what the containers create there belongs to the group too. The
+// processes have gid as a supplemental group (supplementalGroups): a container
+// running as any user reads a Secret's files with mode 0400. nil: no fsGroup,
+// nothing changes.
+func setVolumeOwnership(dir string, gid *int64, readOnly bool) error {
+	if gid == nil {
+		return nil
+	}
+	mask := os.FileMode(0o660)
+	if readOnly {
+		mask = 0o440
+	}
+	return filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(path, -1, int(*gid)); err != nil {
+			return err
+		}
+		if info.Mode()&os.ModeSymlink != 0 {
+			return nil
+		}
+		mode := info.Mode()&(os.ModePerm|os.ModeSetgid) | mask
+		if info.IsDir() {
+			mode |= os.ModeSetgid | 0o110
+		}
+		return os.Chmod(path, mode)
+	})
 }
 
 // memoryVolumeSize is the size of the tmpfs of a memory-backed emptyDir, as the

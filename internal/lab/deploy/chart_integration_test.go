@@ -431,11 +431,6 @@ func kubectlImage(t *testing.T) v1.Image {
 	return img
 }
 
-// openSecretMode is the mode the tests give the Secrets' files: the CRI
-// provider applies no fsGroup to a pod's volumes, so the files stay root's and
-// the chart's 0440 would keep the node's user (65532) out.
-const openSecretMode = 0o444
-
 // values are the chart's values for a release running node on h. The host is
 // started without kube-proxy and cluster DNS (internal/lab/clusternet, which the
 // test leaves out to stay quick), so its pods reach no Service: the release's

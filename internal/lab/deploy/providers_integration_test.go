@@ -58,7 +58,6 @@ func testKubeProvider(t *testing.T, h *host) {
 	values["provider"] = map[string]any{
 		"name":             "kube",
 		"kubeconfigSecret": "target",
-		"secretFileMode":   openSecretMode,
 		"config":           map[string]any{"kubeconfig": "/etc/vkubelet/target/kubeconfig", "clusterID": "chart"},
 	}
 	install(t, helm, ns, "kube", values)
@@ -85,9 +84,8 @@ func testRemoteProviderOverTLS(t *testing.T, h *host) {
 	endpoint := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	values := h.values(t, node)
 	values["provider"] = map[string]any{
-		"name":           "remote",
-		"tlsSecret":      "provider-tls",
-		"secretFileMode": openSecretMode,
+		"name":      "remote",
+		"tlsSecret": "provider-tls",
 		"config": map[string]any{"endpoint": endpoint, "tls": map[string]any{
 			"caFile": "/etc/vkubelet/tls/ca.crt", "certFile": "/etc/vkubelet/tls/tls.crt", "keyFile": "/etc/vkubelet/tls/tls.key",
 			"serverName": "provider"}},
@@ -143,9 +141,8 @@ func testInterLinkWithAToken(t *testing.T, h *host) {
 
 	values := h.values(t, node)
 	values["provider"] = map[string]any{
-		"name":           "interlink",
-		"tokenSecret":    "plugin-token",
-		"secretFileMode": openSecretMode,
+		"name":        "interlink",
+		"tokenSecret": "plugin-token",
 		"config": map[string]any{"url": srv.URL, "tokenFile": "/etc/vkubelet/token/token",
 			"stateFile": "/var/lib/vkubelet/interlink-state.json", "pollInterval": "1s",
 			"capacity": map[string]string{"cpu": "4", "memory": "8Gi", "pods": "10"}},
