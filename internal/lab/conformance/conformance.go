@@ -1,0 +1,116 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+)
+
+// Config is one conformance run.
+type Config struct {
+	// Dir holds the run: up.log and the cluster's state, the repo list, and
+	// the suite's report in vkubelet-cri/ (e2e.log, junit_01.xml, results.txt).
+	// It is emptied first.
+	Dir string
+	// Vkubeletctl is the vkubeletctl binary that starts the cluster (up).
+	Vkubeletctl string
+	// Selection picks the tests.
+	Selection Selection
+	// Timeout bounds the suite's run, not the cluster's start or the builds.
+	Timeout time.Duration
+	// NodeLogLevel is the virtual node's log level (its log is in up.log).
+	NodeLogLevel string
+	// Out receives progress and the summary.
+	Out io.Writer
+}
+
+// Node is the virtual node's name in the run's cluster.
+const Node = "vkubelet-cri"
+
+// Run builds (or finds) the suite and its images, starts the cluster, runs the
+// selected tests against the vkubelet CRI node and returns their results,
+// having written them to Dir/<node>/results.txt and the summary to Out.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	out := cfg.Out
+	if out == nil {
+		out = io.Discard
+	}
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	bins, err := controlplane.EnsureBinaries(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	e2e, err := controlplane.EnsureE2E(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	fmt.Fprintf(out, "conformance: starting the cluster (vkubeletctl up --provider cri; log: %s)\n", filepath.Join(cfg.Dir, "up.log"))
+	cluster, err := StartCluster(ctx, cfg.Vkubeletctl, cfg.Dir, Node, cfg.NodeLogLevel, 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		fmt.Fprintln(out, "conformance: stopping the cluster")
+		cluster.Stop()
+	}()
+	fmt.Fprintf(out, "conformance: cluster ready in %s; pushing the test images to %s\n", time.Since(started).Round(time.Second), cluster.Registry)
+	if err := PushTestImages(cluster.Registry, cluster.Busybox, e2e); err != nil {
+		return nil, err
+	}
+	repoList := filepath.Join(cfg.Dir, "repo-list.yaml")
+	if err := os.WriteFile(repoList, []byte(RepoList(cluster.Registry)), 0o644); err != nil {
+		return nil, err
+	}
+	suite := Suite{
+		Binary: e2e.Test, Kubeconfig: cluster.Kubeconfig, Kubectl: bins.Kubectl,
+		RepoList: repoList, ReportDir: filepath.Join(cfg.Dir, Node), Timeout: cfg.Timeout,
+	}
+	fmt.Fprintf(out, "conformance: running e2e.test against node %s (output: %s)\n", Node, filepath.Join(suite.ReportDir, "e2e.log"))
+	ran := time.Now()
+	results, err := suite.Run(ctx, cfg.Selection)
+	if err != nil {
+		return nil, err
+	}
+	summary := Summary(Node, results, time.Since(ran))
+	if err := os.WriteFile(filepath.Join(suite.ReportDir, "results.txt"), []byte(summary), 0o644); err != nil {
+		return nil, err
+	}
+	fmt.Fprint(out, summary)
+	if !cluster.Running() {
+		return results, fmt.Errorf("vkubeletctl up exited during the run; see %s", cluster.Log)
+	}
+	return results, nil
+}
+
+// Summary is the results as text: one line per test, sorted by name, then the
+// counts of each outcome.
+func Summary(node string, results []Result, took time.Duration) string {
+	sorted := append([]Result(nil), results...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	var b strings.Builder
+	counts := map[Outcome]int{}
+	for _, r := range sorted {
+		counts[r.Outcome]++
+		line := fmt.Sprintf("%-17s %s (%s)", r.Outcome, r.Name, r.Duration.Round(100*time.Millisecond))
+		if r.Message != "" && r.Outcome != Passed {
+			line += "\n                  " + r.Message
+		}
+		b.WriteString(line + "\n")
+	}
+	fmt.Fprintf(&b, "node %s: %d tests in %s: %d passed, %d failed, %d image unavailable, %d skipped\n",
+		node, len(sorted), took.Round(time.Second), counts[Passed], counts[Failed], counts[ImageUnavailableOutcome], counts[Skipped])
+	return b.String()
+}

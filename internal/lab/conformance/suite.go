@@ -1,0 +1,97 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Selection says which of the suite's tests run, in ginkgo's terms: specs whose
+// full text matches Focus and not Skip, and whose labels satisfy LabelFilter.
+type Selection struct {
+	Focus       string
+	Skip        string
+	LabelFilter string
+}
+
+// DefaultLabelFilter is the issue's selection: Kubernetes' conformance and node
+// conformance tests, without those that need the whole cluster to themselves
+// (Serial), break it (Disruptive), are known to be unreliable (Flaky) or need a
+// feature the cluster does not enable (Feature:*).
+const DefaultLabelFilter = `(Conformance || NodeConformance) && !Serial && !Disruptive && !Flaky && !/^Feature:/`
+
+// DefaultFocus keeps the sigs whose tests a single node answers for.
+const DefaultFocus = `\[sig-(node|network|storage)\]`
+
+// Suite is one run of e2e.test against a cluster.
+type Suite struct {
+	// Binary is e2e.test.
+	Binary string
+	// Kubeconfig is the cluster's admin kubeconfig.
+	Kubeconfig string
+	// Kubectl is the kubectl the kubectl-driven tests run.
+	Kubectl string
+	// RepoList is the KUBE_TEST_REPO_LIST file (RepoList).
+	RepoList string
+	// ReportDir receives junit_01.xml and the suite's own artefacts; e2e.log
+	// there is its output.
+	ReportDir string
+	// Timeout bounds the whole run (ginkgo's --timeout).
+	Timeout time.Duration
+}
+
+// args are e2e.test's flags for sel: the framework's (kubeconfig, where reports
+// go, no cloud provider, no log collection over SSH) and ginkgo's, prefixed.
+func (s Suite) args(sel Selection) []string {
+	args := []string{
+		"--kubeconfig=" + s.Kubeconfig,
+		"--kubectl-path=" + s.Kubectl,
+		"--provider=skeleton",
+		"--report-dir=" + s.ReportDir,
+		"--e2e-output-dir=" + s.ReportDir,
+		"--dump-logs-on-failure=false",
+		"--ginkgo.no-color",
+		"--ginkgo.timeout=" + s.Timeout.String(),
+	}
+	for flag, v := range map[string]string{"focus": sel.Focus, "skip": sel.Skip, "label-filter": sel.LabelFilter} {
+		if v != "" {
+			args = append(args, "--ginkgo."+flag+"="+v)
+		}
+	}
+	return args
+}
+
+// Run runs the selected tests, with the suite's output in ReportDir/e2e.log,
+// and returns the results read from its JUnit report. A run in which tests
+// failed is no error; a run that produced no report is.
+func (s Suite) Run(ctx context.Context, sel Selection) ([]Result, error) {
+	if err := os.MkdirAll(s.ReportDir, 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(s.ReportDir, "e2e.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	args := s.args(sel)
+	fmt.Fprintf(log, "%s %s\n", s.Binary, strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, s.Binary, args...)
+	cmd.Dir = s.ReportDir
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+s.RepoList)
+	cmd.Stdout, cmd.Stderr = log, log
+	// The suite ends its specs itself when its timeout passes; a cancelled run
+	// asks it to stop in the same way (ginkgo reports on SIGINT).
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	runErr := cmd.Run()
+	results, err := ReadJUnit(filepath.Join(s.ReportDir, "junit_01.xml"))
+	if err != nil {
+		return nil, fmt.Errorf("e2e.test (%v) left no report; its output is in %s: %w", runErr, logPath, err)
+	}
+	return results, nil
+}
