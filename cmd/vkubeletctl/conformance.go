@@ -17,6 +17,7 @@ func newConformanceCommand() *cobra.Command {
 		Selection:    conformance.Selection{Focus: conformance.DefaultFocus, LabelFilter: conformance.DefaultLabelFilter},
 		Timeout:      time.Hour,
 		NodeLogLevel: "info",
+		Procs:        4,
 	}
 	var listImages, buildOnly bool
 	cmd := &cobra.Command{
@@ -42,7 +43,7 @@ output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 				if err != nil {
 					return err
 				}
-				for _, p := range []string{e2e.Test, e2e.Kubelet, e2e.Agnhost, e2e.Nonewprivs, e2e.Pause} {
+				for _, p := range []string{e2e.Test, e2e.Ginkgo, e2e.Kubelet, e2e.Agnhost, e2e.Nonewprivs, e2e.Pause} {
 					fmt.Fprintln(cmd.OutOrStdout(), p)
 				}
 				return nil
@@ -69,6 +70,7 @@ output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 	fl.StringVar(&cfg.Selection.Focus, "focus", cfg.Selection.Focus, "run only the tests whose full name matches this regular expression (ginkgo's --focus)")
 	fl.StringVar(&cfg.Selection.Skip, "skip", cfg.Selection.Skip, "leave out the tests whose full name matches this regular expression (ginkgo's --skip)")
 	fl.StringVar(&cfg.Selection.LabelFilter, "label-filter", cfg.Selection.LabelFilter, "run only the tests whose labels match (ginkgo's --label-filter)")
+	fl.IntVar(&cfg.Procs, "procs", cfg.Procs, "ginkgo processes running tests side by side (1: e2e.test alone, one test at a time)")
 	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "stop the suite after this long")
 	fl.StringVar(&cfg.NodeLogLevel, "node-log-level", cfg.NodeLogLevel, "the virtual node's log level")
 	fl.BoolVar(&buildOnly, "build-only", false, "build (or find in the cache) e2e.test, the kubelet and the test images' programs, print their paths, and exit")

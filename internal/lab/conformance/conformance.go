@@ -25,6 +25,8 @@ type Config struct {
 	Selection Selection
 	// Timeout bounds the suite's run, not the cluster's start or the builds.
 	Timeout time.Duration
+	// Procs is how many ginkgo processes run the tests side by side.
+	Procs int
 	// NodeLogLevel is the virtual node's log level (its log is in up.log).
 	NodeLogLevel string
 	// Out receives progress and the summary.
@@ -77,6 +79,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	suite := Suite{
 		Binary: e2e.Test, Kubeconfig: cluster.Kubeconfig, Kubectl: bins.Kubectl,
 		RepoList: repoList, ReportDir: filepath.Join(cfg.Dir, Node), Timeout: cfg.Timeout,
+		Procs: cfg.Procs, Ginkgo: e2e.Ginkgo,
 	}
 	fmt.Fprintf(out, "conformance: running e2e.test against node %s (output: %s)\n", Node, filepath.Join(suite.ReportDir, "e2e.log"))
 	ran := time.Now()

@@ -42,27 +42,46 @@ type Suite struct {
 	ReportDir string
 	// Timeout bounds the whole run (ginkgo's --timeout).
 	Timeout time.Duration
+	// Procs is how many processes run the specs side by side, through Ginkgo
+	// (the ginkgo command); 1 runs e2e.test alone. The selection has no
+	// [Serial] tests, so they may share the cluster.
+	Procs  int
+	Ginkgo string
 }
 
-// args are e2e.test's flags for sel: the framework's (kubeconfig, where reports
-// go, no cloud provider, no log collection over SSH) and ginkgo's, prefixed.
-func (s Suite) args(sel Selection) []string {
-	args := []string{
+// frameworkArgs are e2e.test's own flags: the cluster, where reports go, no
+// cloud provider, no log collection over SSH.
+func (s Suite) frameworkArgs() []string {
+	return []string{
 		"--kubeconfig=" + s.Kubeconfig,
 		"--kubectl-path=" + s.Kubectl,
 		"--provider=skeleton",
 		"--report-dir=" + s.ReportDir,
 		"--e2e-output-dir=" + s.ReportDir,
 		"--dump-logs-on-failure=false",
-		"--ginkgo.no-color",
-		"--ginkgo.timeout=" + s.Timeout.String(),
 	}
-	for flag, v := range map[string]string{"focus": sel.Focus, "skip": sel.Skip, "label-filter": sel.LabelFilter} {
-		if v != "" {
-			args = append(args, "--ginkgo."+flag+"="+v)
+}
+
+// ginkgoArgs are ginkgo's flags for sel, each prefixed with prefix: "--" for
+// the ginkgo command, "--ginkgo." for e2e.test run alone.
+func (s Suite) ginkgoArgs(prefix string, sel Selection) []string {
+	args := []string{prefix + "no-color", prefix + "timeout=" + s.Timeout.String()}
+	for _, f := range []struct{ flag, v string }{{"focus", sel.Focus}, {"skip", sel.Skip}, {"label-filter", sel.LabelFilter}} {
+		if f.v != "" {
+			args = append(args, prefix+f.flag+"="+f.v)
 		}
 	}
 	return args
+}
+
+// command is e2e.test alone for one process, or under the ginkgo command for
+// several.
+func (s Suite) command(ctx context.Context, sel Selection) *exec.Cmd {
+	if s.Procs <= 1 || s.Ginkgo == "" {
+		return exec.CommandContext(ctx, s.Binary, append(s.frameworkArgs(), s.ginkgoArgs("--ginkgo.", sel)...)...)
+	}
+	args := append(s.ginkgoArgs("--", sel), fmt.Sprintf("--procs=%d", s.Procs), s.Binary, "--")
+	return exec.CommandContext(ctx, s.Ginkgo, append(args, s.frameworkArgs()...)...)
 }
 
 // Run runs the selected tests, with the suite's output in ReportDir/e2e.log,
@@ -78,9 +97,8 @@ func (s Suite) Run(ctx context.Context, sel Selection) ([]Result, error) {
 		return nil, err
 	}
 	defer log.Close()
-	args := s.args(sel)
-	fmt.Fprintf(log, "%s %s\n", s.Binary, strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, s.Binary, args...)
+	cmd := s.command(ctx, sel)
+	fmt.Fprintf(log, "%s\n", strings.Join(cmd.Args, " "))
 	cmd.Dir = s.ReportDir
 	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+s.RepoList)
 	cmd.Stdout, cmd.Stderr = log, log

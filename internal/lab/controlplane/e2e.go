@@ -19,6 +19,8 @@ type E2E struct {
 	// compiled with `go test -c`); it runs alone, ginkgo's flags prefixed with
 	// --ginkgo. (--ginkgo.focus, --ginkgo.label-filter, --ginkgo.junit-report).
 	Test string
+	// Ginkgo runs Test's specs in parallel (ginkgo -p e2e.test -- <flags>).
+	Ginkgo string
 	// Kubelet is the real kubelet, the reference the virtual node is compared with.
 	Kubelet string
 	// Agnhost is the e2e tests' all-purpose test program, for their agnhost image.
@@ -31,7 +33,7 @@ type E2E struct {
 	Pause string
 }
 
-// e2eTests is the E2E family: kubelet, agnhost, nonewprivs and pause by go build, and
+// e2eTests is the E2E family: kubelet, agnhost, nonewprivs, pause and ginkgo by go build, and
 // e2e.test by buildE2ETest once they are built (set in init, since the function
 // needs the component's own cache key).
 var e2eTests = component{
@@ -42,6 +44,10 @@ var e2eTests = component{
 		"k8s.io/kubernetes/test/images/agnhost",
 		"k8s.io/kubernetes/test/images/nonewprivs",
 		"vkubelet.local/pause",
+		// Ginkgo's command, which runs e2e.test's specs in parallel processes
+		// (e2e.test alone runs them one after the other). Its version is the
+		// one k8s.io/kubernetes requires, which e2e.test is built with.
+		"github.com/onsi/ginkgo/v2/ginkgo",
 	},
 	// The control plane's version stamp: e2e.test prints it and compares it with
 	// the API server's, and the kubelet reports it in its Node's nodeInfo.
@@ -63,6 +69,7 @@ func EnsureE2E(ctx context.Context, out io.Writer) (*E2E, error) {
 	}
 	return &E2E{
 		Test:       filepath.Join(dir, e2eTestBinary),
+		Ginkgo:     filepath.Join(dir, "ginkgo"),
 		Kubelet:    filepath.Join(dir, "kubelet"),
 		Agnhost:    filepath.Join(dir, "agnhost"),
 		Nonewprivs: filepath.Join(dir, "nonewprivs"),
