@@ -72,6 +72,7 @@ output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 	fl.StringVar(&cfg.Selection.LabelFilter, "label-filter", cfg.Selection.LabelFilter, "run only the tests whose labels match (ginkgo's --label-filter)")
 	fl.IntVar(&cfg.Procs, "procs", cfg.Procs, "ginkgo processes running tests side by side (1: e2e.test alone, one test at a time)")
 	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "stop the suite after this long")
+	fl.BoolVar(&cfg.Kubelet, "kubelet", false, "run the same tests a second time on a real kubelet (of the same Kubernetes version, on the same containerd) joined to the cluster, and compare")
 	fl.StringVar(&cfg.NodeLogLevel, "node-log-level", cfg.NodeLogLevel, "the virtual node's log level")
 	fl.BoolVar(&buildOnly, "build-only", false, "build (or find in the cache) e2e.test, the kubelet and the test images' programs, print their paths, and exit")
 	fl.BoolVar(&listImages, "list-unavailable-images", false, "print the suite's images that cannot be made here, and exit")

@@ -22,6 +22,8 @@ type Cluster struct {
 	// Registry is the local image registry (host:port) that containerd pulls
 	// from, over plain HTTP, inside the node's network namespace as on the host.
 	Registry string
+	// ContainerdSocket is the CRI socket of the node's containerd.
+	ContainerdSocket string
 	// Busybox is crienv's busybox image in Registry.
 	Busybox string
 	// Node is the virtual node's name.
@@ -36,7 +38,7 @@ type Cluster struct {
 // crienv serves busybox on stderr before that.
 var (
 	kubeconfigLine = regexp.MustCompile(`(?m)^export KUBECONFIG=(\S+)$`)
-	registryLine   = regexp.MustCompile(`image busybox served from (\S+)`)
+	registryLine   = regexp.MustCompile(`containerd at (\S+); image busybox served from (\S+)`)
 )
 
 // StartCluster runs vkubeletctl (the path of the vkubeletctl binary) up with the
@@ -88,7 +90,7 @@ func (c *Cluster) scanLog() bool {
 	for s.Scan() {
 		line := s.Text()
 		if m := registryLine.FindStringSubmatch(line); m != nil {
-			c.Registry = m[1]
+			c.ContainerdSocket, c.Registry = m[1], m[2]
 		}
 		if m := kubeconfigLine.FindStringSubmatch(line); m != nil {
 			c.Kubeconfig = m[1]

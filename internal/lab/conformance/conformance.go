@@ -27,6 +27,10 @@ type Config struct {
 	Timeout time.Duration
 	// Procs is how many ginkgo processes run the tests side by side.
 	Procs int
+	// Kubelet, if set, runs the selection a second time on a real kubelet
+	// joined to the same cluster (ReferenceNode), and writes the comparison
+	// to Dir/comparison.md.
+	Kubelet bool
 	// NodeLogLevel is the virtual node's log level (its log is in up.log).
 	NodeLogLevel string
 	// Out receives progress and the summary.
@@ -76,24 +80,60 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := os.WriteFile(repoList, []byte(RepoList(cluster.Registry)), 0o644); err != nil {
 		return nil, err
 	}
-	suite := Suite{
-		Binary: e2e.Test, Kubeconfig: cluster.Kubeconfig, Kubectl: bins.Kubectl,
-		RepoList: repoList, ReportDir: filepath.Join(cfg.Dir, Node), Timeout: cfg.Timeout,
-		Procs: cfg.Procs, Ginkgo: e2e.Ginkgo,
+	base := Suite{
+		Binary: e2e.Test, Kubeconfig: cluster.Kubeconfig, Kubectl: bins.Kubectl, RepoList: repoList,
+		Timeout: cfg.Timeout, Procs: cfg.Procs, Ginkgo: e2e.Ginkgo, NonBlockingTaints: defaultNonBlockingTaints,
 	}
-	fmt.Fprintf(out, "conformance: running e2e.test against node %s (output: %s)\n", Node, filepath.Join(suite.ReportDir, "e2e.log"))
+	results, err := runOn(ctx, out, base, cfg, Node)
+	if err != nil || !cfg.Kubelet {
+		return results, err
+	}
+	// The same tests on a real kubelet joined to the same cluster: the virtual
+	// node is tainted out of them, without the suite waiting for it.
+	if err := taintOut(ctx, cluster, Node); err != nil {
+		return results, err
+	}
+	fmt.Fprintf(out, "conformance: starting the reference kubelet (log: %s)\n", filepath.Join(cfg.Dir, ReferenceNode, "kubelet.log"))
+	kubelet, err := StartKubelet(ctx, cluster, e2e.Kubelet, filepath.Join(cfg.Dir, ReferenceNode), 3*time.Minute)
+	if err != nil {
+		return results, fmt.Errorf("the reference kubelet: %w", err)
+	}
+	defer kubelet.Stop()
+	base.NonBlockingTaints += "," + notUnderTest
+	reference, err := runOn(ctx, out, base, cfg, ReferenceNode)
+	if err != nil {
+		return results, err
+	}
+	table := Compare(reference, results)
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "comparison.md"), []byte(table), 0o644); err != nil {
+		return results, err
+	}
+	fmt.Fprintf(out, "conformance: the comparison is in %s\n", filepath.Join(cfg.Dir, "comparison.md"))
+	if !cluster.Running() {
+		return results, fmt.Errorf("vkubeletctl up exited during the run; see %s", cluster.Log)
+	}
+	return results, nil
+}
+
+// defaultNonBlockingTaints is e2e.test's own default: control-plane nodes.
+const defaultNonBlockingTaints = "node-role.kubernetes.io/control-plane"
+
+// runOn runs the selection with node under test, its report in cfg.Dir/node.
+func runOn(ctx context.Context, out io.Writer, s Suite, cfg Config, node string) ([]Result, error) {
+	s.ReportDir = filepath.Join(cfg.Dir, node)
+	fmt.Fprintf(out, "conformance: running e2e.test against node %s (output: %s)\n", node, filepath.Join(s.ReportDir, "e2e.log"))
 	ran := time.Now()
-	results, err := suite.Run(ctx, cfg.Selection)
+	results, err := s.Run(ctx, cfg.Selection)
 	if err != nil {
 		return nil, err
 	}
-	summary := Summary(Node, results, time.Since(ran))
-	if err := os.WriteFile(filepath.Join(suite.ReportDir, "results.txt"), []byte(summary), 0o644); err != nil {
+	summary := Summary(node, results, time.Since(ran))
+	if err := os.WriteFile(filepath.Join(s.ReportDir, "results.txt"), []byte(summary), 0o644); err != nil {
 		return nil, err
 	}
 	fmt.Fprint(out, summary)
-	if !cluster.Running() {
-		return results, fmt.Errorf("vkubeletctl up exited during the run; see %s", cluster.Log)
+	if ctx.Err() != nil {
+		return results, fmt.Errorf("the run on node %s was interrupted: %w", node, ctx.Err())
 	}
 	return results, nil
 }
@@ -113,7 +153,7 @@ func Summary(node string, results []Result, took time.Duration) string {
 		}
 		b.WriteString(line + "\n")
 	}
-	fmt.Fprintf(&b, "node %s: %d tests in %s: %d passed, %d failed, %d image unavailable, %d skipped\n",
-		node, len(sorted), took.Round(time.Second), counts[Passed], counts[Failed], counts[ImageUnavailableOutcome], counts[Skipped])
+	fmt.Fprintf(&b, "node %s: %d tests in %s: %d passed, %d failed, %d image unavailable, %d skipped, %d interrupted\n",
+		node, len(sorted), took.Round(time.Second), counts[Passed], counts[Failed], counts[ImageUnavailableOutcome], counts[Skipped], counts[Interrupted])
 	return b.String()
 }

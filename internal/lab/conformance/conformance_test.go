@@ -12,10 +12,11 @@ func TestReadJUnitKeepsTheTestsThatRan(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]Outcome{
-		"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]":                                 Passed,
-		"[sig-node] Pods should be updated [NodeConformance] [Conformance]":                                    Failed,
-		"[sig-node] Pods should serve nginx [NodeConformance]":                                                 ImageUnavailableOutcome,
-		"[sig-node] Sysctls [LinuxOnly] [NodeConformance] should support sysctls [MinimumKubeletVersion:1.21]": Skipped,
+		"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]":                                            Passed,
+		"[sig-node] Pods should be updated [NodeConformance] [Conformance]":                                               Failed,
+		"[sig-node] Pods should serve nginx [NodeConformance]":                                                            ImageUnavailableOutcome,
+		"[sig-node] Sysctls [LinuxOnly] [NodeConformance] should support sysctls [MinimumKubeletVersion:1.21]":            Skipped,
+		"[sig-node] Probing container should have monotonically increasing restart count [Conformance] [NodeConformance]": Interrupted,
 	}
 	got := map[string]Outcome{}
 	for _, r := range results {
@@ -65,5 +66,20 @@ func TestRepoListMovesEveryRegistryUnderTheLocalOne(t *testing.T) {
 	}
 	if strings.Contains(got, "invalidRegistry") {
 		t.Errorf("the invalid registry must stay invalid:\n%s", got)
+	}
+}
+
+func TestCompareCountsTheKubeletsPassesTheVirtualNodePasses(t *testing.T) {
+	kubelet := []Result{{Name: "a", Outcome: Passed}, {Name: "b", Outcome: Passed}, {Name: "c", Outcome: Failed}}
+	vkubelet := []Result{{Name: "a", Outcome: Passed}, {Name: "b", Outcome: Failed, Message: "x | y"}, {Name: "c", Outcome: Passed}}
+	got := Compare(kubelet, vkubelet)
+	for _, want := range []string{
+		"| b | passed | failed | x \\| y |\n",
+		"| c | failed | passed |  |\n",
+		"vkubelet CRI passes 1 of the 2 tests the kubelet passes (50.0 %).",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, got)
+		}
 	}
 }

@@ -19,6 +19,9 @@ const (
 	// image that cannot be made on this machine (ImageUnavailable): it says
 	// nothing about the node.
 	ImageUnavailableOutcome Outcome = "image unavailable"
+	// Interrupted is a test that was still running when the run was stopped
+	// (Ctrl-C, or the suite's --timeout).
+	Interrupted Outcome = "interrupted"
 	// Skipped is a test the suite selected and then skipped itself (a missing
 	// prerequisite it detected at run time), with the reason in Message.
 	Skipped Outcome = "skipped"
@@ -87,6 +90,9 @@ func ReadJUnit(path string) ([]Result, error) {
 					text = c.Error.Text
 				}
 				r.Outcome, r.Message = Failed, firstLines(text, 4)
+				if c.Status == "interrupted" {
+					r.Outcome = Interrupted
+				}
 				if why, ok := unavailableImageIn(text); ok {
 					r.Outcome, r.Message = ImageUnavailableOutcome, why
 				}

@@ -47,6 +47,9 @@ type Suite struct {
 	// [Serial] tests, so they may share the cluster.
 	Procs  int
 	Ginkgo string
+	// NonBlockingTaints are the keys of taints that keep a node out of the
+	// tests without the suite waiting for it (the node not under test).
+	NonBlockingTaints string
 }
 
 // frameworkArgs are e2e.test's own flags: the cluster, where reports go, no
@@ -59,6 +62,7 @@ func (s Suite) frameworkArgs() []string {
 		"--report-dir=" + s.ReportDir,
 		"--e2e-output-dir=" + s.ReportDir,
 		"--dump-logs-on-failure=false",
+		"--non-blocking-taints=" + s.NonBlockingTaints,
 	}
 }
 
