@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,7 @@ const (
 type Kubelet struct {
 	Node string
 	Log  string
+	root string // --root-dir
 	proc *spawn.Process
 }
 
@@ -107,13 +109,13 @@ func StartKubelet(ctx context.Context, c *Cluster, binary, dir string, timeout t
 	if err := os.WriteFile(config, []byte(kubeletConfig(cluster.CertificateAuthority, c.ContainerdSocket, nodeIP)), 0o644); err != nil {
 		return nil, err
 	}
-	k := &Kubelet{Node: ReferenceNode, Log: filepath.Join(dir, "kubelet.log")}
+	k := &Kubelet{Node: ReferenceNode, Log: filepath.Join(dir, "kubelet.log"), root: filepath.Join(dir, "root")}
 	cmd := exec.Command("nsenter", "--net="+netnsPath, "--", binary,
 		"--config="+config,
 		"--bootstrap-kubeconfig="+bootstrap,
 		"--kubeconfig="+filepath.Join(dir, "kubelet.kubeconfig"),
 		"--cert-dir="+filepath.Join(dir, "pki"),
-		"--root-dir="+filepath.Join(dir, "root"),
+		"--root-dir="+k.root,
 		"--hostname-override="+ReferenceNode,
 		"--node-ip="+nodeIP,
 		"--v=2")
@@ -142,8 +144,21 @@ func StartKubelet(ctx context.Context, c *Cluster, binary, dir string, timeout t
 	}
 }
 
-// Stop stops the kubelet; its pods stay with containerd, which up stops.
-func (k *Kubelet) Stop() { k.proc.Stop(30 * time.Second) }
+// Stop stops the kubelet and removes its root directory, which it leaves
+// mounted: it bind-mounts the directory onto itself, and its pods' volumes
+// below. Its pods stay with containerd, which up stops.
+func (k *Kubelet) Stop() {
+	k.proc.Stop(30 * time.Second)
+	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
+		lines := strings.Split(string(mounts), "\n")
+		for i := len(lines) - 1; i >= 0; i-- { // the last mounted first
+			if f := strings.Fields(lines[i]); len(f) > 1 && (f[1] == k.root || strings.HasPrefix(f[1], k.root+"/")) {
+				_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
+			}
+		}
+	}
+	_ = os.RemoveAll(k.root)
+}
 
 // kubeletConfig is the reference kubelet's configuration: authenticated and
 // authorized as a cluster's kubelet is (client certificates of the cluster CA,
