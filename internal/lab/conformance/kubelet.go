@@ -56,6 +56,9 @@ type Kubelet struct {
 	Log  string
 	root string // --root-dir
 	proc *spawn.Process
+	// approverLog is the log of its CSR approver, which runs until the run's
+	// context ends.
+	approverLog *os.File
 }
 
 // StartKubelet starts binary as the kubelet of node ReferenceNode in c, its
@@ -109,7 +112,7 @@ func StartKubelet(ctx context.Context, c *Cluster, binary, dir string, timeout t
 	if err := os.WriteFile(config, []byte(kubeletConfig(cluster.CertificateAuthority, c.ContainerdSocket, nodeIP)), 0o644); err != nil {
 		return nil, err
 	}
-	k := &Kubelet{Node: ReferenceNode, Log: filepath.Join(dir, "kubelet.log"), root: filepath.Join(dir, "root")}
+	k := &Kubelet{Node: ReferenceNode, Log: filepath.Join(dir, "kubelet.log"), root: filepath.Join(dir, "root"), approverLog: approverLog}
 	cmd := exec.Command("nsenter", "--net="+netnsPath, "--", binary,
 		"--config="+config,
 		"--bootstrap-kubeconfig="+bootstrap,
@@ -158,6 +161,7 @@ func (k *Kubelet) Stop() {
 		}
 	}
 	_ = os.RemoveAll(k.root)
+	_ = k.approverLog.Close()
 }
 
 // kubeletConfig is the reference kubelet's configuration: authenticated and
