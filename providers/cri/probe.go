@@ -171,8 +171,7 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 		if h.Scheme == corev1.URISchemeHTTPS {
 			scheme = "https"
 		}
-		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: h.Path}
-		return httpProbe(ctx, u.String(), h.HTTPHeaders, timeout)
+		return httpProbe(ctx, probeURL(scheme, host, port, h.Path), h.HTTPHeaders, timeout)
 	case pr.TCPSocket != nil:
 		port, err := resolvePort(pr.TCPSocket.Port, c)
 		if err != nil {
@@ -196,6 +195,18 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 		return grpcProbe(ctx, addr, service, timeout)
 	}
 	return fmt.Errorf("probe type not supported (exec, httpGet, tcpSocket and grpc are)")
+}
+
+// probeURL is the URL an httpGet probe or hook asks for: path may carry a query
+// (/redirect?loc=...), which must reach the server as one, not escaped into
+// the path; a path that does not parse is taken as a plain path.
+func probeURL(scheme, host string, port int, path string) string {
+	u, err := url.Parse(path)
+	if err != nil {
+		u = &url.URL{Path: path}
+	}
+	u.Scheme, u.Host = scheme, net.JoinHostPort(host, strconv.Itoa(port))
+	return u.String()
 }
 
 // httpProbe GETs target with headers: healthy when it answers 2xx or 3xx within

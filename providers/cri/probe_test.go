@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,7 +112,8 @@ func TestGRPCProbes(t *testing.T) {
 }
 
 // As the kubelet's: an HTTP probe follows a redirect on the same host, and takes
-// a redirect to another host as the answer (a success) without following it.
+// a redirect to another host as the answer (a success) without following it; a
+// query in the probe's path reaches the server as a query.
 func TestHTTPProbeFollowsOnlyLocalRedirects(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -121,9 +123,9 @@ func TestHTTPProbeFollowsOnlyLocalRedirects(t *testing.T) {
 			http.Redirect(w, r, "/ok", http.StatusFound)
 		case "/local-to-fail":
 			http.Redirect(w, r, "/fail", http.StatusFound)
-		case "/non-local":
+		case "/redirect":
 			// A host that refuses connections: following it would fail.
-			http.Redirect(w, r, "http://0.0.0.0:1/", http.StatusFound)
+			http.Redirect(w, r, r.URL.Query().Get("loc"), http.StatusFound)
 		case "/loop":
 			http.Redirect(w, r, "/loop", http.StatusFound)
 		default:
@@ -131,11 +133,12 @@ func TestHTTPProbeFollowsOnlyLocalRedirects(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().(*net.TCPAddr)
 	for path, healthy := range map[string]bool{
-		"/ok": true, "/local-to-ok": true, "/non-local": true,
-		"/fail": false, "/local-to-fail": false, "/loop": false,
+		"/ok": true, "/local-to-ok": true, "/redirect?loc=" + url.QueryEscape("http://0.0.0.0:1/"): true,
+		"/redirect?loc=%2Ffail": false, "/fail": false, "/local-to-fail": false, "/loop": false,
 	} {
-		err := httpProbe(context.Background(), srv.URL+path, nil, 2*time.Second)
+		err := httpProbe(context.Background(), probeURL("http", addr.IP.String(), addr.Port, path), nil, 2*time.Second)
 		if healthy != (err == nil) {
 			t.Errorf("probe of %s: %v, want healthy %v", path, err, healthy)
 		}
