@@ -123,10 +123,15 @@ func runOn(ctx context.Context, out io.Writer, s Suite, cfg Config, node string)
 	s.ReportDir = filepath.Join(cfg.Dir, node)
 	fmt.Fprintf(out, "conformance: running e2e.test against node %s (output: %s)\n", node, filepath.Join(s.ReportDir, "e2e.log"))
 	ran := time.Now()
+	selected, err := s.Selected(ctx, cfg.Selection, filepath.Join(s.ReportDir, "selection"))
+	if err != nil {
+		return nil, err
+	}
 	results, err := s.Run(ctx, cfg.Selection)
 	if err != nil {
 		return nil, err
 	}
+	results = withNotRun(results, selected)
 	summary := Summary(node, results, time.Since(ran))
 	if err := os.WriteFile(filepath.Join(s.ReportDir, "results.txt"), []byte(summary), 0o644); err != nil {
 		return nil, err
@@ -136,6 +141,21 @@ func runOn(ctx context.Context, out io.Writer, s Suite, cfg Config, node string)
 		return results, fmt.Errorf("the run on node %s was interrupted: %w", node, ctx.Err())
 	}
 	return results, nil
+}
+
+// withNotRun adds to results a NotRun result for each selected test they lack:
+// those a stopped run did not reach.
+func withNotRun(results []Result, selected []string) []Result {
+	seen := map[string]bool{}
+	for _, r := range results {
+		seen[r.Name] = true
+	}
+	for _, n := range selected {
+		if !seen[n] {
+			results = append(results, Result{Name: n, Outcome: NotRun})
+		}
+	}
+	return results
 }
 
 // Summary is the results as text: one line per test, sorted by name, then the
@@ -153,7 +173,7 @@ func Summary(node string, results []Result, took time.Duration) string {
 		}
 		b.WriteString(line + "\n")
 	}
-	fmt.Fprintf(&b, "node %s: %d tests in %s: %d passed, %d failed, %d image unavailable, %d skipped, %d interrupted\n",
-		node, len(sorted), took.Round(time.Second), counts[Passed], counts[Failed], counts[ImageUnavailableOutcome], counts[Skipped], counts[Interrupted])
+	fmt.Fprintf(&b, "node %s: %d tests in %s: %d passed, %d failed, %d image unavailable, %d skipped, %d interrupted, %d not run\n",
+		node, len(sorted), took.Round(time.Second), counts[Passed], counts[Failed], counts[ImageUnavailableOutcome], counts[Skipped], counts[Interrupted], counts[NotRun])
 	return b.String()
 }

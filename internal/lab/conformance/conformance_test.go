@@ -83,3 +83,10 @@ func TestCompareCountsTheKubeletsPassesTheVirtualNodePasses(t *testing.T) {
 		}
 	}
 }
+
+func TestTheTestsAStoppedRunDidNotReachAreNotRun(t *testing.T) {
+	got := withNotRun([]Result{{Name: "a", Outcome: Passed}}, []string{"a", "b"})
+	if len(got) != 2 || got[1].Name != "b" || got[1].Outcome != NotRun {
+		t.Errorf("got %+v, want a passed and b not run", got)
+	}
+}

@@ -22,6 +22,8 @@ const (
 	// Interrupted is a test that was still running when the run was stopped
 	// (Ctrl-C, or the suite's --timeout).
 	Interrupted Outcome = "interrupted"
+	// NotRun is a selected test the run did not reach before it was stopped.
+	NotRun Outcome = "not run"
 	// Skipped is a test the suite selected and then skipped itself (a missing
 	// prerequisite it detected at run time), with the reason in Message.
 	Skipped Outcome = "skipped"
@@ -90,7 +92,7 @@ func ReadJUnit(path string) ([]Result, error) {
 					text = c.Error.Text
 				}
 				r.Outcome, r.Message = Failed, firstLines(text, 4)
-				if c.Status == "interrupted" {
+				if c.Status == "interrupted" || strings.Contains(text, "A suite timeout occurred") {
 					r.Outcome = Interrupted
 				}
 				if why, ok := unavailableImageIn(text); ok {

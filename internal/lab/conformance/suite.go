@@ -117,3 +117,35 @@ func (s Suite) Run(ctx context.Context, sel Selection) ([]Result, error) {
 	}
 	return results, nil
 }
+
+// Selected lists the tests sel picks, by a dry run of the suite (which starts
+// nothing and needs no cluster), its report in dir.
+func (s Suite) Selected(ctx context.Context, sel Selection, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	args := append([]string{"--report-dir=" + dir, "--ginkgo.dry-run"}, s.ginkgoArgs("--ginkgo.", sel)...)
+	cmd := exec.CommandContext(ctx, s.Binary, args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("e2e.test --ginkgo.dry-run: %w: %s", err, tail(string(out), 10))
+	}
+	results, err := ReadJUnit(filepath.Join(dir, "junit_01.xml"))
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(results))
+	for _, r := range results {
+		names = append(names, r.Name)
+	}
+	return names, nil
+}
+
+// tail is the last n lines of text.
+func tail(text string, n int) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
