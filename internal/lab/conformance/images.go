@@ -49,7 +49,7 @@ type TestImage struct {
 var testImages = []TestImage{
 	{Path: "e2e-test-images/busybox:1.37.0-2", How: "Debian's busybox-static, as the CRI tests' busybox (crienv)"},
 	{Path: "e2e-test-images/busybox:1.36.1-1", How: "the same busybox-static as 1.37.0-2"},
-	{Path: "e2e-test-images/agnhost:2.66.1", How: "agnhost built from k8s.io/kubernetes/test/images/agnhost at the control plane's version, on busybox-static instead of Alpine (no curl, dig, iperf, socat, coredns)"},
+	{Path: "e2e-test-images/agnhost:2.66.1", How: "agnhost built from k8s.io/kubernetes/test/images/agnhost at the control plane's version, on busybox-static instead of Alpine: bash is busybox sh, curl a busybox wget for a plain GET; no dig, iperf, socat, coredns"},
 	{Path: "e2e-test-images/agnhost:2.55", How: "the same agnhost as 2.66.1: the earlier release cannot be built from this module"},
 	{Path: "pause:3.10.2", How: "a Go pause (exits on SIGTERM/SIGINT, reaps orphans) from the e2e build module; the pods' sandbox image stays crienv's"},
 	{Path: "e2e-test-images/nonroot:1.5", How: "busybox-static run as user 1234, as its Dockerfile"},
@@ -184,7 +184,8 @@ func PushTestImages(registry, busyboxRef string, bins *controlplane.E2E) error {
 
 // agnhostImage is agnhost's image as its Dockerfile makes it, on busybox: the
 // binary at /agnhost (also as /agnhost-2), an /uploads directory, and the user
-// and group the image defines (tests check that a pod runs as them).
+// and group the image defines (tests check that a pod runs as them); bash and
+// curl are busybox's sh and wget behind scripts of those names.
 func agnhostImage(base v1.Image, binary string) (v1.Image, error) {
 	bin, err := os.ReadFile(binary)
 	if err != nil {
@@ -194,6 +195,12 @@ func agnhostImage(base v1.Image, binary string) (v1.Image, error) {
 		"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"
 	group := baseFile(base, "etc/group") + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
 	layer, err := layerOf([]file{
+		// Alpine's bash and curl, which the tests' commands call, stood in
+		// for by busybox: sh for bash, wget for curl's plain GET of a URL.
+		{name: "bin/bash", mode: 0o755, data: []byte("#!/bin/sh\nexec /bin/sh \"$@\"\n")},
+		{name: "usr/", mode: 0o755},
+		{name: "usr/bin/", mode: 0o755},
+		{name: "usr/bin/curl", mode: 0o755, data: []byte("#!/bin/sh\nexec /bin/wget -q -O - \"$@\"\n")},
 		{name: "agnhost", mode: 0o755, data: bin},
 		{name: "agnhost-2", link: "agnhost"},
 		{name: "uploads/", mode: 0o755},
@@ -210,6 +217,7 @@ func agnhostImage(base v1.Image, binary string) (v1.Image, error) {
 	}
 	return withConfig(img, func(c *v1.Config) {
 		c.Entrypoint, c.Cmd = []string{"/agnhost"}, []string{"pause"}
+		c.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	})
 }
 
