@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto release
+.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto release conformance
 
 all: build
 
@@ -135,3 +135,12 @@ unit:
 # node agent with 10,000 pods under a 64 MiB Go memory limit.
 fault: controlplane
 	$(BIN)/vkubeletctl bench --pods 10000 --agent-env=GOMEMLIMIT=64MiB
+
+# Kubernetes' own e2e tests against a vkubelet CRI node on this machine (root):
+# e2e.test, the kubelet and the test images built from the control plane's
+# Kubernetes version (the first time takes long), then `vkubeletctl up --provider
+# cri` and the selected tests; not part of `make test`. CONFORMANCE_ARGS narrows
+# the selection (--focus, --skip, --label-filter). docs/CONFORMANCE.md.
+CONFORMANCE_ARGS ?=
+conformance: build
+	$(BIN)/vkubeletctl conformance $(CONFORMANCE_ARGS)

@@ -17,6 +17,6 @@ vkubelet command.`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // main prints them, once
 	}
-	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), version.Command("vkubeletctl"))
+	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), newConformanceCommand(), version.Command("vkubeletctl"))
 	return cmd
 }

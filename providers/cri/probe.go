@@ -171,27 +171,7 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 		if h.Scheme == corev1.URISchemeHTTPS {
 			scheme = "https"
 		}
-		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: h.Path}
-		pctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		req, err := http.NewRequestWithContext(pctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("User-Agent", "kube-probe/vkubelet")
-		for _, hd := range h.HTTPHeaders {
-			req.Header.Add(hd.Name, hd.Value)
-		}
-		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-			return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
-		}
-		return nil
+		return httpProbe(ctx, probeURL(scheme, host, port, h.Path), h.HTTPHeaders, timeout)
 	case pr.TCPSocket != nil:
 		port, err := resolvePort(pr.TCPSocket.Port, c)
 		if err != nil {
@@ -215,6 +195,56 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 		return grpcProbe(ctx, addr, service, timeout)
 	}
 	return fmt.Errorf("probe type not supported (exec, httpGet, tcpSocket and grpc are)")
+}
+
+// probeURL is the URL an httpGet probe or hook asks for: path may carry a query
+// (/redirect?loc=...), which must reach the server as one, not escaped into
+// the path; a path that does not parse is taken as a plain path.
+func probeURL(scheme, host string, port int, path string) string {
+	u, err := url.Parse(path)
+	if err != nil {
+		u = &url.URL{Path: path}
+	}
+	u.Scheme, u.Host = scheme, net.JoinHostPort(host, strconv.Itoa(port))
+	return u.String()
+}
+
+// httpProbe GETs target with headers: healthy when it answers 2xx or 3xx within
+// timeout. As the kubelet's prober, it follows redirects on the same host (up to
+// ten) but not to another host: such a redirect is itself the answer, a success
+// (the kubelet's probe warning), since the other host is not the container's.
+func httpProbe(ctx context.Context, target string, headers []corev1.HTTPHeader, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "kube-probe/vkubelet")
+	for _, hd := range headers {
+		req.Header.Add(hd.Name, hd.Value)
+	}
+	client := &http.Client{
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+		CheckRedirect: func(next *http.Request, via []*http.Request) error {
+			if next.URL.Hostname() != via[0].URL.Hostname() {
+				return http.ErrUseLastResponse
+			}
+			if len(via) >= 10 {
+				return fmt.Errorf("stopped after %d redirects", len(via))
+			}
+			return nil
+		},
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // grpcProbe asks the gRPC server at addr, without TLS as the kubelet does, for

@@ -3,6 +3,9 @@ package cri
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,4 +109,38 @@ func TestGRPCProbes(t *testing.T) {
 	waitStatus(t, p, pod, 60*time.Second, "a restart for liveness", func(s *corev1.PodStatus) bool {
 		return s.ContainerStatuses[0].RestartCount >= 1
 	})
+}
+
+// As the kubelet's: an HTTP probe follows a redirect on the same host, and takes
+// a redirect to another host as the answer (a success) without following it; a
+// query in the probe's path reaches the server as a query.
+func TestHTTPProbeFollowsOnlyLocalRedirects(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok":
+			w.WriteHeader(http.StatusOK)
+		case "/local-to-ok":
+			http.Redirect(w, r, "/ok", http.StatusFound)
+		case "/local-to-fail":
+			http.Redirect(w, r, "/fail", http.StatusFound)
+		case "/redirect":
+			// A host that refuses connections: following it would fail.
+			http.Redirect(w, r, r.URL.Query().Get("loc"), http.StatusFound)
+		case "/loop":
+			http.Redirect(w, r, "/loop", http.StatusFound)
+		default:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().(*net.TCPAddr)
+	for path, healthy := range map[string]bool{
+		"/ok": true, "/local-to-ok": true, "/redirect?loc=" + url.QueryEscape("http://0.0.0.0:1/"): true,
+		"/redirect?loc=%2Ffail": false, "/fail": false, "/local-to-fail": false, "/loop": false,
+	} {
+		err := httpProbe(context.Background(), probeURL("http", addr.IP.String(), addr.Port, path), nil, 2*time.Second)
+		if healthy != (err == nil) {
+			t.Errorf("probe of %s: %v, want healthy %v", path, err, healthy)
+		}
+	}
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vkubelet/vkubelet/internal/lab/conformance"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+)
+
+func newConformanceCommand() *cobra.Command {
+	cfg := conformance.Config{
+		Selection:    conformance.Selection{Focus: conformance.DefaultFocus, LabelFilter: conformance.DefaultLabelFilter},
+		Timeout:      time.Hour,
+		NodeLogLevel: "info",
+		Procs:        4,
+	}
+	var listImages, buildOnly bool
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "Run Kubernetes' own e2e tests against a vkubelet CRI node on this machine",
+		Long: `conformance builds e2e.test and the test images from the control plane's
+Kubernetes version (the first time takes long), starts vkubeletctl up --provider
+cri (root: containerd, runc and the CNI plugins, as scripts/setup.sh installs),
+pushes the images to its local registry, runs the selected tests against the
+virtual node and prints each one's outcome. The JUnit report and the suite's
+output are in --dir. docs/CONFORMANCE.md says what it covers.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if listImages {
+				for _, img := range conformance.UnavailableImages() {
+					fmt.Fprintf(cmd.OutOrStdout(), "unavailable %s: %s\n", img.Path, img.How)
+				}
+				return nil
+			}
+			if buildOnly {
+				e2e, err := controlplane.EnsureE2E(cmd.Context(), cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				for _, p := range []string{e2e.Test, e2e.Ginkgo, e2e.Kubelet, e2e.Agnhost, e2e.Nonewprivs, e2e.Pause} {
+					fmt.Fprintln(cmd.OutOrStdout(), p)
+				}
+				return nil
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.Vkubeletctl = self
+			if cfg.Dir == "" {
+				cache, err := controlplane.CacheDir()
+				if err != nil {
+					return err
+				}
+				cfg.Dir = filepath.Join(cache, "conformance")
+			}
+			cfg.Out = cmd.ErrOrStderr()
+			_, err = conformance.Run(cmd.Context(), cfg)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Dir, "dir", "", "where the run's cluster, logs and reports go, emptied first (default: <cache>/conformance, see VKUBELET_CACHE)")
+	fl.StringVar(&cfg.Selection.Focus, "focus", cfg.Selection.Focus, "run only the tests whose full name matches this regular expression (ginkgo's --focus)")
+	fl.StringVar(&cfg.Selection.Skip, "skip", cfg.Selection.Skip, "leave out the tests whose full name matches this regular expression (ginkgo's --skip)")
+	fl.StringVar(&cfg.Selection.LabelFilter, "label-filter", cfg.Selection.LabelFilter, "run only the tests whose labels match (ginkgo's --label-filter)")
+	fl.IntVar(&cfg.Procs, "procs", cfg.Procs, "ginkgo processes running tests side by side (1: e2e.test alone, one test at a time)")
+	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "stop the suite after this long")
+	fl.BoolVar(&cfg.Kubelet, "kubelet", false, "run the same tests a second time on a real kubelet (of the same Kubernetes version, on the same containerd) joined to the cluster, and compare")
+	fl.StringVar(&cfg.NodeLogLevel, "node-log-level", cfg.NodeLogLevel, "the virtual node's log level")
+	fl.BoolVar(&buildOnly, "build-only", false, "build (or find in the cache) e2e.test, the kubelet and the test images' programs, print their paths, and exit")
+	fl.BoolVar(&listImages, "list-unavailable-images", false, "print the suite's images that cannot be made here, and exit")
+	return cmd
+}
