@@ -225,7 +225,10 @@ func httpProbe(ctx context.Context, target string, headers []corev1.HTTPHeader, 
 		req.Header.Add(hd.Name, hd.Value)
 	}
 	client := &http.Client{
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+		// A transport per probe, so no connection is kept once it answers: a
+		// kept one would stay open, with its goroutines, for as long as the
+		// container lets it (the kubelet's prober disables keep-alives too).
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true},
 		CheckRedirect: func(next *http.Request, via []*http.Request) error {
 			if next.URL.Hostname() != via[0].URL.Hostname() {
 				return http.ErrUseLastResponse
