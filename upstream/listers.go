@@ -202,8 +202,12 @@ type objectWatches struct {
 
 type objectWatch struct {
 	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	refs     int
+	// synced reports that the handler copying into the shared store has seen
+	// the first list: the informer's own HasSynced comes before its handlers
+	// have run, so a provider could miss an object that exists.
+	synced cache.InformerSynced
+	cancel context.CancelFunc
+	refs   int
 }
 
 func newObjectWatches(ctx context.Context, newInformer func(namespace, name string) cache.SharedIndexInformer) *objectWatches {
@@ -222,7 +226,7 @@ func (w *objectWatches) acquire(namespace, name string) cache.InformerSynced {
 	defer w.mu.Unlock()
 	if ow := w.watches[key]; ow != nil {
 		ow.refs++
-		return ow.informer.HasSynced
+		return ow.synced
 	}
 	ow := &objectWatch{informer: w.newInformer(namespace, name), refs: 1}
 	_ = ow.informer.SetTransform(informerutil.StripManagedFields)
@@ -238,16 +242,19 @@ func (w *objectWatches) acquire(namespace, name string) cache.InformerSynced {
 			_ = change(obj)
 		}
 	}
-	_, _ = ow.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	ow.synced = ow.informer.HasSynced
+	if reg, err := ow.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { apply(w.store.Update, obj) },
 		UpdateFunc: func(_, obj any) { apply(w.store.Update, obj) },
 		DeleteFunc: func(obj any) { apply(w.store.Delete, obj) },
-	})
+	}); err == nil {
+		ow.synced = reg.HasSynced
+	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	ow.cancel = cancel
 	go ow.informer.RunWithContext(ctx)
 	w.watches[key] = ow
-	return ow.informer.HasSynced
+	return ow.synced
 }
 
 // release lets go of one hold of namespace/name; the last one stops its watch
