@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // The README's quick start and the first commands of docs/DEPLOYING.md, typed
@@ -78,36 +80,18 @@ func TestTheDocsCommandsWorkInAScratchClone(t *testing.T) {
 
 	dir := scratchClone(t, module)
 	env := userEnv(t)
-	up := startMakeUp(t, dir, env)
+	sh := &shell{t: t, dir: dir, env: env}
+	defer sh.stopBackground()
 
-	// The README's second block, in the order written.
-	sh := shell{t: t, dir: dir, env: env}
-	var background []*exec.Cmd
-	defer func() {
-		for _, c := range background {
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			_ = c.Wait()
-		}
-	}()
-	for _, cmd := range quick[1] {
-		switch {
-		case strings.HasPrefix(cmd, "export KUBECONFIG="):
-			sh.exports = append(sh.exports, up.exportLine) // "the line make up printed"
-		case strings.HasPrefix(cmd, "export "):
-			sh.exports = append(sh.exports, cmd)
-		case strings.HasSuffix(cmd, "&"):
-			port := freePort(t)
-			cmd = strings.Replace(cmd, "8080:", strconv.Itoa(port)+":", 1)
-			background = append(background, sh.start(strings.TrimSuffix(cmd, "&")))
-			if strings.Contains(cmd, "port-forward") {
-				checkEcho(t, port)
-			}
-		default:
-			sh.run(cmd, expectations(cmd))
-		}
+	// The quick start: make up, then the README's second block.
+	up := sh.startUp("make up")
+	sh.typeBlock(quick[1], up)
+
+	// docs/DEPLOYING.md's first block (the README's "Deploy to a cluster" is the
+	// same), against the same cluster.
+	if deployReadme, err := Blocks(string(readme), "Deploy to a cluster"); err != nil || len(deployReadme) == 0 || !slices.Equal(deployReadme[0], deploy[0]) {
+		t.Errorf("the README's \"Deploy to a cluster\" commands are not DEPLOYING's first ones (%v): %q", err, deployReadme)
 	}
-
-	// docs/DEPLOYING.md's first block, against the same cluster.
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	regHost := strings.TrimPrefix(reg.URL, "http://")
@@ -151,8 +135,57 @@ func TestTheDocsCommandsWorkInAScratchClone(t *testing.T) {
 			}
 			return nil
 		})
-
+	sh.stopBackground()
 	up.interrupt(t)
+
+	// The README's real containers: up with the CRI provider, a container, and
+	// a web app with its client through a Service and the cluster DNS.
+	cri, err := Blocks(string(readme), "Real containers: the CRI provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cri) != 2 || len(cri[0]) == 0 || !strings.HasPrefix(cri[0][0], "bin/vkubeletctl up --provider cri") {
+		t.Fatalf("the README's CRI section is %q: want up --provider cri, then the web app", cri)
+	}
+	testenv.Require(t, crienv.Available())
+	up = sh.startUp(cri[0][0])
+	sh.typeBlock(cri[0][1:], up)
+	sh.typeBlock(cri[1], up)
+	sh.stopBackground()
+	up.interrupt(t)
+}
+
+// typeBlock types a block of the docs' commands: export lines (the README's
+// export KUBECONFIG line is the one up printed), commands to leave running
+// (ending in & or a port-forward, started in the background with a free local
+// port, and checked), and the others, retried until they do what the docs say.
+func (s *shell) typeBlock(cmds []string, up *upRun) {
+	s.t.Helper()
+	if !slices.ContainsFunc(cmds, func(c string) bool { return strings.HasPrefix(c, "export KUBECONFIG=") }) {
+		// A block without the export line: the user pasted the one up printed.
+		s.exports = append(s.exports, up.exportLine)
+	}
+	for _, cmd := range cmds {
+		switch {
+		case strings.HasPrefix(cmd, "export KUBECONFIG="):
+			s.exports = append(s.exports, up.exportLine) // "the line make up printed"
+		case strings.HasPrefix(cmd, "export "):
+			s.exports = append(s.exports, cmd)
+		case strings.HasSuffix(cmd, "&") || strings.Contains(cmd, "port-forward"):
+			port := freePort(s.t)
+			cmd = strings.TrimSpace(strings.TrimSuffix(cmd, "&"))
+			cmd = strings.Replace(cmd, " 8080:", " "+strconv.Itoa(port)+":", 1)
+			s.start(cmd)
+			switch {
+			case strings.Contains(cmd, "port-forward pod/hello"):
+				checkEcho(s.t, port)
+			case strings.Contains(cmd, "port-forward svc/web"):
+				checkHTTP(s.t, port, "hello from web")
+			}
+		default:
+			s.run(cmd, expectations(cmd))
+		}
+	}
 }
 
 // expectations checks what the docs' comments promise a command prints.
@@ -179,9 +212,13 @@ func expectations(cmd string) func(string) error {
 			}
 			return fmt.Errorf("hello is not Running on node vkubelet")
 		}
-	case strings.HasPrefix(cmd, "kubectl logs hello"):
+	case cmd == "kubectl logs hello": // the mock's
 		return contains("hello", "world")
-	case strings.HasPrefix(cmd, "kubectl exec hello"):
+	case strings.HasPrefix(cmd, "kubectl logs hello;"): // a real container's
+		return contains("hello from a real container", "PID", "sleep 3600")
+	case strings.HasPrefix(cmd, "kubectl logs client"):
+		return contains("web.default.svc.cluster.local", "hello from web")
+	case strings.HasPrefix(cmd, "kubectl exec hello -- echo"):
 		return contains("hi")
 	case strings.Contains(cmd, "/stats/summary"):
 		return contains(`"nodeName":"vkubelet"`, `"pods"`)
@@ -261,21 +298,24 @@ func userEnv(t *testing.T) []string {
 	return append(env, "VKUBELET_CACHE="+cache)
 }
 
-// makeUp is a running `make up`.
-type makeUp struct {
+// upRun is a running `make up` or `vkubeletctl up`.
+type upRun struct {
 	cmd        *exec.Cmd
 	out        *testenv.Buffer
 	exportLine string
 	done       chan error
 }
 
-func startMakeUp(t *testing.T, dir string, env []string) *makeUp {
+// startUp types cmd, which runs up in the foreground, and waits for the
+// export line it prints once its node is Ready.
+func (s *shell) startUp(cmd string) *upRun {
+	t := s.t
 	t.Helper()
-	u := &makeUp{out: &testenv.Buffer{}, done: make(chan error, 1)}
-	u.cmd = exec.Command("make", "up")
-	u.cmd.Dir, u.cmd.Env = dir, env
+	u := &upRun{out: &testenv.Buffer{}, done: make(chan error, 1)}
+	u.cmd = exec.Command("bash", "-c", "exec "+cmd)
+	u.cmd.Dir, u.cmd.Env = s.dir, s.env
 	// Its own process group, as a terminal's foreground job: Ctrl-C reaches
-	// make and everything it started.
+	// it and everything it started.
 	u.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	u.cmd.Stdout, u.cmd.Stderr = u.out, u.out
 	start := time.Now()
@@ -294,9 +334,9 @@ func startMakeUp(t *testing.T, dir string, env []string) *makeUp {
 	for u.exportLine == "" {
 		select {
 		case err := <-u.done:
-			t.Fatalf("make up ended (%v) before printing its export line:\n%s", err, u.out.String())
+			t.Fatalf("%s ended (%v) before printing its export line:\n%s", cmd, err, u.out.String())
 		case <-deadline:
-			t.Fatalf("make up printed no export line in 10 minutes:\n%s", u.out.String())
+			t.Fatalf("%s printed no export line in 10 minutes:\n%s", cmd, u.out.String())
 		case <-time.After(500 * time.Millisecond):
 		}
 		for _, l := range strings.Split(u.out.String(), "\n") {
@@ -305,12 +345,12 @@ func startMakeUp(t *testing.T, dir string, env []string) *makeUp {
 			}
 		}
 	}
-	t.Logf("make up: the node is up (%s): %s", time.Since(start).Round(100*time.Millisecond), u.exportLine)
+	t.Logf("$ %s: the node is up (%s): %s", cmd, time.Since(start).Round(100*time.Millisecond), u.exportLine)
 	return u
 }
 
-// interrupt is Ctrl-C: make up ends, with every process it started.
-func (u *makeUp) interrupt(t *testing.T) {
+// interrupt is Ctrl-C: up ends, with every process it started.
+func (u *upRun) interrupt(t *testing.T) {
 	t.Helper()
 	if err := syscall.Kill(-u.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -318,22 +358,23 @@ func (u *makeUp) interrupt(t *testing.T) {
 	select {
 	case <-u.done:
 	case <-time.After(time.Minute):
-		t.Fatalf("make up did not end within a minute of Ctrl-C:\n%s", u.out.String())
+		t.Fatalf("up did not end within a minute of Ctrl-C:\n%s", u.out.String())
 	}
 	// The group is empty once every process in it has exited.
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		err := syscall.Kill(-u.cmd.Process.Pid, 0)
-		return err == syscall.ESRCH, fmt.Sprintf("processes of make up still run after Ctrl-C (kill -0: %v)", err)
+		return err == syscall.ESRCH, fmt.Sprintf("processes of up still run after Ctrl-C (kill -0: %v)", err)
 	})
 }
 
 // shell types commands in a scratch clone with the user's environment and the
 // exports typed so far.
 type shell struct {
-	t       *testing.T
-	dir     string
-	env     []string
-	exports []string
+	t          *testing.T
+	dir        string
+	env        []string
+	exports    []string
+	background []*exec.Cmd
 }
 
 func (s *shell) command(cmd string) *exec.Cmd {
@@ -369,15 +410,24 @@ func (s *shell) run(cmd string, check func(string) error) {
 }
 
 // start starts cmd in the background, in a process group of its own.
-func (s *shell) start(cmd string) *exec.Cmd {
+func (s *shell) start(cmd string) {
 	s.t.Helper()
 	c := s.command(cmd)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
 		s.t.Fatal(err)
 	}
+	s.background = append(s.background, c)
 	s.t.Logf("$ %s &", cmd)
-	return c
+}
+
+// stopBackground ends the commands started in the background.
+func (s *shell) stopBackground() {
+	for _, c := range s.background {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		_ = c.Wait()
+	}
+	s.background = nil
 }
 
 // checkEcho checks that what is sent to port comes back: the mock echoes
@@ -396,6 +446,20 @@ func checkEcho(t *testing.T, port int) {
 		}
 		line, err := bufio.NewReader(conn).ReadString('\n')
 		return line == "ping\n", fmt.Sprintf("port-forward answered %q, %v", line, err)
+	})
+}
+
+// checkHTTP checks that a GET of / on port answers with want in its body.
+func checkHTTP(t *testing.T, port int, want string) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return err == nil && strings.Contains(string(b), want), fmt.Sprintf("GET through the port-forward: %s %q, %v", resp.Status, b, err)
 	})
 }
 
