@@ -201,6 +201,10 @@ func (p *Provider) postStart(ctx context.Context, rec *podRecord, pod *corev1.Po
 	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil {
 		return nil
 	}
+	// What the runtime showed before this start, as the kubelet's status shows
+	// while it runs the hook: a pod whose first container's hook never returns
+	// is seen Pending, not left without a status.
+	p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {

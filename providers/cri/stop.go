@@ -90,8 +90,8 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 	return true
 }
 
-// stopAll stops the pod's containers at once, each after its preStop hook and
-// the sidecars in their turn (stopOrder), all by deleteBy, a deadline a later
+// stopAll stops the pod's running containers at once, each after its preStop
+// hook and the sidecars in their turn (stopOrder), all by deleteBy, a deadline a
 // DeletePod may bring forward.
 func (p *Provider) stopAll(ctx context.Context, rec *podRecord, pod *corev1.Pod, deleteBy time.Time) {
 	running := map[string]bool{} // not exited: to stop
@@ -148,17 +148,22 @@ func (p *Provider) stopAll(ctx context.Context, rec *podRecord, pod *corev1.Pod,
 		wg.Wait()
 		close(done)
 	}()
+	woken := false
 	for {
 		select {
 		case <-done:
+			if woken {
+				rec.wakeUp() // for the next sync, which this one may have delayed
+			}
 			return
 		case <-rec.wake:
-			// Another DeletePod: its deadline may be sooner.
+			woken = true
+			// A DeletePod: its deadline may be sooner.
 			p.mu.Lock()
-			by := rec.deleteBy
+			deleting, by := rec.deleting, rec.deleteBy
 			p.mu.Unlock()
 			mu.Lock()
-			if by.Before(deleteBy) {
+			if deleting && by.Before(deleteBy) {
 				deleteBy = by
 			}
 			mu.Unlock()
