@@ -239,11 +239,11 @@ wait:
 		return nil
 	}
 	if p.deletingPod(rec) || ctx.Err() != nil {
-		p.log.Info("postStart hook interrupted by the pod's deletion", "pod", rec.key, "container", c.Name, "err", res.err)
+		p.log.Info("postStart hook interrupted: the pod is deleted or the provider closed", "pod", rec.key, "container", c.Name, "err", res.err)
 		return res.err
 	}
-	// The message may hold what the hook printed: the kubelet keeps it out of
-	// its event, and so out of this warning; it goes to the container's status.
+	// The message, with what the hook printed, goes to the container's status,
+	// as the kubelet's does, and not in the warning that stands for its event.
 	p.log.Warn("PostStartHook failed, killing the container", "pod", rec.key, "container", c.Name, "reason", reasonFailedPostStartHook, "err", res.err)
 	p.stopContainer(ctx, rec, pod, c.Name, id)
 	sctx, scancel := context.WithTimeout(ctx, rpcTimeout)
