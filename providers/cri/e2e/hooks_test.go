@@ -226,32 +226,46 @@ httpd -f -p 8080 -h /var/www & ` + untilTERM("echo web-term >> /host/hits")},
 		}
 	})
 
-	// A preStop sleep delays the stop, up to the grace period.
+	// A preStop sleep delays the SIGTERM, up to the grace period. (The API's
+	// pod is removed at the end of the grace period whatever the node does:
+	// the container's SIGTERM, written to a file of the test's, is what tells.)
 	t.Run("preStop sleep", func(t *testing.T) {
 		ns := testenv.Namespace(t)
-		sleeper := func(name string, seconds, grace int64) {
-			pod := busybox(name, node, env.Busybox, untilTERM("true"))
+		sleeper := func(name string, seconds, grace int64) string {
+			pod := busybox(name, node, env.Busybox, untilTERM("touch /host/term"))
 			pod.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
 			pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: seconds}}}
+			dir := hostDir(t, pod, &pod.Spec.Containers[0])
 			if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			return dir
 		}
-		sleeper("sleep-4", 4, 30)
-		sleeper("sleep-0", 0, 30)
-		sleeper("sleep-20", 20, 60)
-		for _, name := range []string{"sleep-4", "sleep-0", "sleep-20"} {
+		dirs := map[string]string{"sleep-4": sleeper("sleep-4", 4, 30), "sleep-0": sleeper("sleep-0", 0, 30), "sleep-20": sleeper("sleep-20", 20, 60)}
+		for name := range dirs {
 			testenv.WaitPod(t, ns, name, "started", func(p *corev1.Pod) bool { return started(p, "main") })
 		}
-		if took := deleteAndWait(t, ns, "sleep-4", metav1.DeleteOptions{}); took < 4*time.Second || took > 20*time.Second {
-			t.Errorf("a pod with a preStop sleep of 4s was gone after %s", took)
+		// termAfter deletes the pod with opts and returns when its container got SIGTERM.
+		termAfter := func(name string, opts metav1.DeleteOptions) time.Duration {
+			start := time.Now()
+			if err := c.CoreV1().Pods(ns).Delete(ctx, name, opts); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, time.Minute, func() (bool, string) {
+				_, err := os.Stat(filepath.Join(dirs[name], "term"))
+				return err == nil, name + ": no SIGTERM yet"
+			})
+			return time.Since(start)
 		}
-		if took := deleteAndWait(t, ns, "sleep-0", metav1.DeleteOptions{}); took > 10*time.Second {
-			t.Errorf("a pod with a preStop sleep of 0s was gone after %s", took)
+		if took := termAfter("sleep-4", metav1.DeleteOptions{}); took < 4*time.Second || took > 12*time.Second {
+			t.Errorf("a container with a preStop sleep of 4s got SIGTERM after %s", took)
+		}
+		if took := termAfter("sleep-0", metav1.DeleteOptions{}); took > 5*time.Second {
+			t.Errorf("a container with a preStop sleep of 0s got SIGTERM after %s", took)
 		}
 		// Deleted with a grace period of 3s, less than the sleep.
-		if took := deleteAndWait(t, ns, "sleep-20", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(3))}); took < 3*time.Second || took > 15*time.Second {
-			t.Errorf("a pod with a preStop sleep of 20s deleted with 3s of grace was gone after %s", took)
+		if took := termAfter("sleep-20", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(3))}); took < 2*time.Second || took > 10*time.Second {
+			t.Errorf("a container with a preStop sleep of 20s deleted with 3s of grace got SIGTERM after %s", took)
 		}
 	})
 }
