@@ -294,8 +294,8 @@ func TestAFailedPostStartKillsTheContainer(t *testing.T) {
 			if err := p.postStart(context.Background(), rec, pod, &pod.Spec.Containers[0], st, "c1"); err == nil {
 				t.Fatal("postStart: no error")
 			}
-			if got, want := strings.Join(rt.recorded(), ", "), "exec c1, exec c1, stop c1 4"; got != want {
-				t.Errorf("runtime calls = %s, want %s (postStart, preStop, stop with the grace left)", got, want)
+			if got, want := strings.Join(rt.recorded(), ", "), "exec c1, exec c1, stop c1 5"; got != want {
+				t.Errorf("runtime calls = %s, want %s (postStart, preStop, stop with the grace left in whole seconds)", got, want)
 			}
 			if tc.restarted != (st.waitReason == reasonPostStartHookError) || tc.restarted != strings.Contains(st.waitMessage, "Exec lifecycle hook ([poststart])") {
 				t.Errorf("waiting %q %q; restarted %v", st.waitReason, st.waitMessage, tc.restarted)

@@ -153,6 +153,31 @@ func TestLifecycleHooksThroughTheAPI(t *testing.T) {
 		deleteAndWait(t, ns, pod.Name, metav1.DeleteOptions{})
 	})
 
+	// A failed liveness probe restarts the container after its preStop hook.
+	t.Run("preStop on a liveness restart", func(t *testing.T) {
+		ns := testenv.Namespace(t)
+		pod := busybox("liveness-prestop", node, env.Busybox, "")
+		main := &pod.Spec.Containers[0]
+		main.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo prestop >> /host/order"}}}}
+		main.LivenessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "!", "-f", "/tmp/sick"}}},
+			PeriodSeconds: 1, FailureThreshold: 1,
+		}
+		// Sick from the start; healthy once a preStop hook has run.
+		main.Command = []string{"/bin/sh", "-c", "grep -q prestop /host/order 2>/dev/null || touch /tmp/sick; " + untilTERM("echo term >> /host/order")}
+		dir := hostDir(t, pod, main)
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitPod(t, ns, pod.Name, "restarted by its liveness probe", func(p *corev1.Pod) bool {
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 && started(p, "main")
+		})
+		if got := readFile(t, filepath.Join(dir, "order")); !strings.HasPrefix(got, "prestop\nterm\n") {
+			t.Errorf("preStop and SIGTERM of the liveness restart, in order: %q", got)
+		}
+		deleteAndWait(t, ns, pod.Name, metav1.DeleteOptions{})
+	})
+
 	// httpGet hooks from the node: to a server of the test's over HTTPS, with
 	// headers; by default to the pod's IP, the port by name, where a sidecar
 	// serves them until the app container has stopped.
