@@ -37,8 +37,9 @@ import (
 // else moves.
 //
 // Stability: a replica that joins takes nothing, and is given nothing, until
-// it has been a member for Settle (two retry periods), so that replicas
-// starting together see each other before any takes the lot. A node is given
+// it has been a member for settle (two retry periods) as of a read of the
+// membership Leases, so that replicas starting together see each other before
+// any takes the lot, however slow the reads. A node is given
 // up only to a member under its share that has settled, and taken only while
 // under one's own share, so a node is never given up when nobody would take it.
 // When replicas see things differently (one reads the file before another, or
@@ -57,10 +58,12 @@ type spreader struct {
 	settle, grace time.Duration
 
 	mu sync.Mutex
-	// members are the live members, by slot; memberSince says since when this
-	// replica has seen each (its own join time for itself).
+	// members are the live members, by slot, as read at viewAt (when the
+	// membership's last read began); memberSince says since when this replica
+	// has seen each (its own join time for itself).
 	members     []replica
 	memberSince map[string]time.Time
+	viewAt      time.Time
 	// nodes holds, for every node of the configuration, what was last seen of
 	// its Lease and whether this replica holds it.
 	nodes map[string]*nodeLease
@@ -117,7 +120,17 @@ func (s *spreader) setMembers(members []replica, now time.Time) {
 		}
 		since[m.identity] = t
 	}
-	s.memberSince = since
+	s.memberSince, s.viewAt = since, now
+}
+
+// settled says whether member m has been one long enough to take and be given
+// nodes: for settle, as of a read of the members that began settle after m
+// joined or later. A read that began before then may have missed replicas
+// that joined at the same time; one slowed down by a busy API server delays
+// the settling, rather than leaving the member with a stale count.
+func (s *spreader) settled(m string) bool {
+	since, ok := s.memberSince[m]
+	return ok && s.viewAt.Sub(since) >= s.settle
 }
 
 // observe records what was read of node's Lease at now.
@@ -185,7 +198,7 @@ func (s *spreader) mayTake(node string, now time.Time) bool {
 		return false
 	}
 	ok := !n.freeSince.IsZero() && now.Sub(n.freeSince) >= s.grace
-	if since, member := s.memberSince[s.me]; member && now.Sub(since) >= s.settle {
+	if s.settled(s.me) {
 		h := s.holdings(now)
 		ok = ok || h[s.me] < shares(len(s.nodes), s.members, h)[s.me]
 	}
@@ -223,7 +236,7 @@ func (s *spreader) shouldRelease(node string, now time.Time) bool {
 	}
 	wanting := false
 	for _, m := range s.members {
-		if m.identity != s.me && h[m.identity] < share[m.identity] && now.Sub(s.memberSince[m.identity]) >= s.settle {
+		if m.identity != s.me && h[m.identity] < share[m.identity] && s.settled(m.identity) {
 			wanting = true
 		}
 	}

@@ -76,6 +76,13 @@ func TestAMemberTakesNothingBeforeItSettlesAndThenNoMoreThanItsShare(t *testing.
 	if took := takeAll(s, nodes, t0.Add(time.Second)); len(took) != 0 {
 		t.Errorf("took %v one second after joining, before settling (2s)", took)
 	}
+	// A read of the members that began before the settling was over (a slow
+	// one) does not settle it, however late the nodes are tried.
+	s.setMembers([]replica{{"a", 0}, {"b", 1}}, t0.Add(1500*time.Millisecond))
+	if took := takeAll(s, nodes, t0.Add(5*time.Second)); len(took) != 0 {
+		t.Errorf("took %v with a view of the members read 1.5s after joining", took)
+	}
+	s.setMembers([]replica{{"a", 0}, {"b", 1}}, t0.Add(2*time.Second))
 	if took := takeAll(s, nodes, t0.Add(2*time.Second)); len(took) != 3 {
 		t.Errorf("took %v of 6 nodes with two members, want 3", took)
 	}
@@ -124,12 +131,14 @@ func TestAHeldLeaseExpiresALeaseDurationAfterThisReplicaSawItChange(t *testing.T
 func TestAJoiningMemberIsGivenTheSurplusOnceSettled(t *testing.T) {
 	s, nodes := spreadOf("a", 6)
 	s.setMembers([]replica{{"a", 0}}, t0)
+	s.setMembers([]replica{{"a", 0}}, t0.Add(2*time.Second))
 	if took := takeAll(s, nodes, t0.Add(2*time.Second)); len(took) != 6 {
 		t.Fatalf("alone, took %v", took)
 	}
 	join := t0.Add(3 * time.Second)
 	s.setMembers([]replica{{"a", 0}, {"b", 1}}, join)
 	releasing := func(now time.Time) []string {
+		s.setMembers([]replica{{"a", 0}, {"b", 1}}, now) // read again at each try
 		var out []string
 		for _, n := range nodes {
 			if s.shouldRelease(n, now) {
@@ -165,6 +174,7 @@ func TestAJoiningMemberIsGivenTheSurplusOnceSettled(t *testing.T) {
 func TestNothingIsGivenUpWhenNoMemberIsUnderItsShare(t *testing.T) {
 	s, nodes := spreadOf("a", 7)
 	s.setMembers([]replica{{"a", 0}, {"b", 1}}, t0)
+	s.setMembers([]replica{{"a", 0}, {"b", 1}}, t0.Add(2*time.Second))
 	took := takeAll(s, nodes, t0.Add(2*time.Second))
 	if len(took) != 4 { // the tie's extra node is the lower slot's
 		t.Fatalf("took %v, want 4 of 7", took)
