@@ -85,14 +85,14 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 				return err
 			}
 			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
-			if cfg.Nodes > 1 && providerName != "mock" {
-				return fmt.Errorf("--nodes %d: several nodes are measured with the mock provider only", cfg.Nodes)
-			}
 			if replicas > 1 {
 				if providerName != "mock" || compare != "" || upstream || cfg.Remote {
 					return errors.New("--replicas measures vkubelet's mock nodes alone: no --provider, --compare, --upstream or --remote")
 				}
 				return benchReplicas(cmd, cfg, kubeconfig, replicas, asJSON)
+			}
+			if cfg.Nodes > 1 && providerName != "mock" {
+				return fmt.Errorf("--nodes %d: several nodes are measured with the mock provider only", cfg.Nodes)
 			}
 			switch providerName {
 			case "mock":
