@@ -8,6 +8,11 @@
 // authentication and the metrics (agent.Shared), unless each has an identity of
 // its own (a bootstrap credential). Each node keeps its own queues, workers,
 // Lease renewal and kubelet API port (docs/ARCHITECTURE.md).
+//
+// With leader election, replicas of one configuration run each node in one
+// replica at a time, the one holding the node's election Lease: the first to
+// start takes every node (election.go), or, with LeaderElection.Replicas, each
+// runs about its share of them (spread.go, membership.go, spreadnode.go).
 package fleet
 
 import (

@@ -151,14 +151,17 @@ func (s *spreader) observe(node string, l lease, now time.Time) {
 	}
 }
 
-// holdings counts the nodes each replica holds, as this replica sees them.
+// holdings counts the nodes each replica holds, as this replica sees them. A
+// node whose Lease it last read held by itself, and which it no longer holds
+// (given up or lost since), counts for nobody: counted as its own, it would
+// make this replica give up one node more than its surplus.
 func (s *spreader) holdings(now time.Time) map[string]int {
 	h := map[string]int{}
 	for _, n := range s.nodes {
 		switch {
 		case n.held || n.taking:
 			h[s.me]++
-		case !n.seen.free(now):
+		case n.seen.holder != s.me && !n.seen.free(now):
 			h[n.seen.holder]++
 		}
 	}

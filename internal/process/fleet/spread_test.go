@@ -58,12 +58,15 @@ func spreadOf(me string, count int) (*spreader, []string) {
 	return s, nodes
 }
 
-// takeAll takes every node the spreader lets take at now, returning them.
+// takeAll takes every node the spreader lets take at now, returning them; as
+// runSpread, it then reads each Lease as written, held by the spreader's
+// replica.
 func takeAll(s *spreader, nodes []string, now time.Time) []string {
 	var took []string
 	for _, n := range nodes {
 		if s.mayTake(n, now) {
 			s.taken(n, true)
+			s.observe(n, lease{holder: s.me, duration: 10 * time.Second, version: "t-" + n}, now)
 			took = append(took, n)
 		}
 	}
