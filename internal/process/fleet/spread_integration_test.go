@@ -169,6 +169,7 @@ func newSpreadEnv(t *testing.T, count int) *spreadEnv {
 // the process were gone.
 type replicaOf struct {
 	fleet  *Fleet
+	ctx    context.Context
 	cancel context.CancelFunc
 	cut    *atomic.Bool
 }
@@ -209,7 +210,7 @@ func (e *spreadEnv) start(name string, slots int) *replicaOf {
 			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.Apply(ctx, e.nodes)
-	r := &replicaOf{fleet: f, cancel: cancel, cut: cut}
+	r := &replicaOf{fleet: f, ctx: ctx, cancel: cancel, cut: cut}
 	e.t.Cleanup(r.stop)
 	return r
 }
@@ -352,5 +353,31 @@ func TestAVanishedReplicasNodesAreTakenOnceTheirLeasesExpire(t *testing.T) {
 	// apart at worst; a second for a busy API server.
 	if bound := leaseDuration + retryPeriod*36/10 + time.Second; took > bound {
 		t.Errorf("c's nodes were taken %s after it vanished, over the bound of %s", took, bound)
+	}
+}
+
+// A changed NodeSet (SIGHUP) is spread too: two replicas running 2/2 of four
+// nodes run 4/4 once both apply a file of eight, and 1/1 once both apply a
+// file of two; the removed nodes stop and their Leases are given up.
+func TestAChangedNodeSetIsSpreadAgain(t *testing.T) {
+	e := newSpreadEnv(t, 8)
+	e.watchLeases()
+	all := e.nodes
+	e.nodes = all[:4]
+	a, b := e.start("a", 2), e.start("b", 2)
+	e.waitRunning(map[string]int{"a": 2, "b": 2}, 30*time.Second)
+	a.fleet.Apply(a.ctx, all)
+	b.fleet.Apply(b.ctx, all)
+	took := e.waitRunning(map[string]int{"a": 4, "b": 4}, 30*time.Second)
+	t.Logf("eight nodes: 4/4 %s after the change", took.Round(time.Millisecond))
+	a.fleet.Apply(a.ctx, all[:2])
+	b.fleet.Apply(b.ctx, all[:2])
+	took = e.waitRunning(map[string]int{"a": 1, "b": 1}, 30*time.Second)
+	t.Logf("two nodes: 1/1 %s after the change", took.Round(time.Millisecond))
+	c := testenv.Client(t)
+	for _, n := range all[2:] {
+		if h, err := Holder(context.Background(), c, e.ns, n.Name); err != nil || h != "" {
+			t.Errorf("the Lease of removed node %s: holder %q, error %v; want given up", n.Name, h, err)
+		}
 	}
 }
