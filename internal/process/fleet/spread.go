@@ -39,9 +39,9 @@ import (
 // Stability: a replica that joins takes nothing, and is given nothing, until
 // it has been a member for settle (two retry periods) as of a read of the
 // membership Leases, so that replicas starting together see each other before
-// any takes the lot, however slow the reads. A node is given
-// up only to a member under its share that has settled, and taken only while
-// under one's own share, so a node is never given up when nobody would take it.
+// any takes the lot, however slow the reads. A node is given up only to a
+// settled member under its share, and taken only while under one's own share,
+// so a node is never given up when nobody would take it.
 // When replicas see things differently (one reads the file before another, or
 // sees a member expire a retry period earlier), a node may stay free: any
 // replica takes a node that has stayed free for a lease duration, whatever its
@@ -268,21 +268,7 @@ func rank(node, replica string) uint64 {
 	return h.Sum64()
 }
 
-// Held returns the nodes this replica holds, sorted: for tests and logs.
-func (s *spreader) held() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for name, n := range s.nodes {
-		if n.held {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// memberCount is the number of live members this replica sees.
+// memberCount is the number of live members this replica sees (tests).
 func (s *spreader) memberCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
