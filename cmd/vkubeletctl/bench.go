@@ -31,6 +31,7 @@ func newBenchCommand() *cobra.Command {
 		providerName string
 		vkubelet     string
 		upstream     bool
+		replicas     int
 	)
 	cfg.Shape = bench.ShapeDeployment
 	cmd := &cobra.Command{
@@ -84,6 +85,12 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 				return err
 			}
 			cfg.Binary, cfg.Log = bin, cmd.ErrOrStderr()
+			if replicas > 1 {
+				if providerName != "mock" || compare != "" || upstream || cfg.Remote {
+					return errors.New("--replicas measures vkubelet's mock nodes alone: no --provider, --compare, --upstream or --remote")
+				}
+				return benchReplicas(cmd, cfg, kubeconfig, replicas, asJSON)
+			}
 			if cfg.Nodes > 1 && providerName != "mock" {
 				return fmt.Errorf("--nodes %d: several nodes are measured with the mock provider only", cfg.Nodes)
 			}
@@ -134,6 +141,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Pods, "pods", 1000, "pods to start and stop (e.g. 1000, 5000, 10000)")
+	f.IntVar(&replicas, "replicas", 1, "with more than one, run that many vkubelet processes at once, each with the same NodeSet of --nodes mock nodes spread over them (--leader-elect-replicas), and report, once every Node is Ready and for --node-idle, each one's share of the nodes, CPU and memory; no pods")
 	f.IntVar(&cfg.Nodes, "nodes", 1, "nodes each implementation runs in its one process (vkubelet: a NodeSet file, as vkubelet run --config; kwok: nodes by label); pods are bound to them in turn, and the idle nodes' heap and writes per node are reported")
 	f.DurationVar(&cfg.NodeIdle, "node-idle", 0, "how long the idle nodes are watched before any pod is created (default 30s with --nodes above 1)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "offered pod creations per second; 0: as fast as possible")
@@ -445,4 +453,41 @@ func onControlPlane[R any](ctx context.Context, cmd *cobra.Command, cfg bench.Co
 		return none, err
 	}
 	return run(ctx, cfg)
+}
+
+// benchReplicas runs bench.RunReplicas and prints each replica's share and cost.
+func benchReplicas(cmd *cobra.Command, cfg bench.Config, kubeconfig string, replicas int, asJSON bool) error {
+	r, err := onControlPlane(cmd.Context(), cmd, cfg, kubeconfig, func(ctx context.Context, cfg bench.Config) (*bench.ReplicasResult, error) {
+		return bench.RunReplicas(ctx, cfg, replicas)
+	})
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(out, "%d nodes over %d replicas: spread after %.1f s, every Node Ready after %.1f s; then idle for %.0f s:\n\n",
+		r.Nodes, r.Replicas, r.SpreadSeconds, r.ReadySeconds, r.WindowSeconds)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "replica\tpid\tnodes\tCPU (% of a core)\tRSS MiB\tpeak RSS MiB\tCPU s until spread")
+	for i, e := range r.Each {
+		fmt.Fprintf(w, "%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\n", i, e.Pid, e.Nodes, e.CPUPercent, e.RSSMiB, e.PeakMiB, e.CPUSecondsToSpread)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	verbs := make([]string, 0, len(r.LeaseRequestsPerS))
+	for v := range r.LeaseRequestsPerS {
+		verbs = append(verbs, v)
+	}
+	sort.Strings(verbs)
+	fmt.Fprintf(out, "\nthe API server's requests on Leases (election and node Leases), per second:")
+	for _, v := range verbs {
+		fmt.Fprintf(out, " %s %.1f", v, r.LeaseRequestsPerS[v])
+	}
+	fmt.Fprintln(out)
+	return nil
 }

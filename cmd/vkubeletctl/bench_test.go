@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +62,24 @@ func TestBenchFindsTheNodeBinary(t *testing.T) {
 		// Without --vkubelet: next to the test binary, where there is none.
 		if _, err := nodeBinary(path); err == nil || !strings.Contains(err.Error(), "--vkubelet") {
 			t.Errorf("--vkubelet %q: err = %v, want one naming --vkubelet", path, err)
+		}
+	}
+}
+
+// --replicas measures vkubelet's mock nodes alone, and says so rather than
+// ignore the other comparisons.
+func TestBenchReplicasRefusesOtherComparisons(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--compare", "kwok"}, {"--provider", "cri"}, {"--upstream"}, {"--remote"}} {
+		cmd := newBenchCommand()
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		cmd.SetArgs(append([]string{"--replicas", "3", "--nodes", "30", "--vkubelet", self}, args...))
+		if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "--replicas measures") {
+			t.Errorf("bench --replicas 3 %v: error %v", args, err)
 		}
 	}
 }

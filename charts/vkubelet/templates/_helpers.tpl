@@ -44,12 +44,23 @@ app.kubernetes.io/component: csr-approver
 {{- end -}}
 {{- end -}}
 
-{{/* The election Leases of this release's nodes, as quoted strings. */}}
+{{/* "true" when the replicas spread a NodeSet's nodes between them
+(--leader-elect-replicas): several replicas, several nodes. */}}
+{{- define "vkubelet.spread" -}}
+{{- if and (gt (int .Values.replicas) 1) (gt (len .Values.nodes) 1) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The election Leases of this release's nodes, and when the replicas spread
+the nodes, their membership Leases (one per replica), as quoted strings. */}}
 {{- define "vkubelet.electionLeases" -}}
 {{- if .Values.nodes -}}
 {{- range $i, $n := .Values.nodes }}{{ if $i }}, {{ end }}{{ printf "vkubelet-%s" $n.name | quote }}{{ end -}}
 {{- else -}}
 {{- printf "vkubelet-%s" .Values.nodeName | quote -}}
+{{- end -}}
+{{- if include "vkubelet.spread" . -}}
+{{- $group := include "vkubelet.fullname" . -}}
+{{- range $i := until (int .Values.replicas) }}, {{ printf "%s-replica-%d" $group $i | quote }}{{ end -}}
 {{- end -}}
 {{- end -}}
 

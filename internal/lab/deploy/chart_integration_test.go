@@ -127,7 +127,7 @@ func hostAddress(t *testing.T) string {
 }
 
 // The chart lints, and renders what its values say: replicas share the node by
-// leader election; no replica at all, a bad node name, a value of the wrong type,
+// leader election, and spread a NodeSet's nodes; no replica at all, a bad node name, a value of the wrong type,
 // an unknown value and a provider the chart cannot run are refused with a
 // message naming the value (the templates' checks and values.schema.json).
 func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
@@ -162,6 +162,21 @@ func TestTheChartLintsAndRefusesValuesItCannotHonour(t *testing.T) {
 	for _, want := range []string{"replicas: 3", "- --leader-elect", "kind: Role", `resourceNames: ["vkubelet-n1"]`, "type: RollingUpdate"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("with replicas=3 the chart has no %q", want)
+		}
+	}
+	if strings.Contains(out, "--leader-elect-replicas") {
+		t.Error("with one node, the replicas spread it (--leader-elect-replicas)")
+	}
+	// Replicas of a NodeSet spread its nodes: each holds one of three
+	// membership Leases, which the Role and the admission policy name.
+	out, err = helm("template", "vk", chart, "--set", "replicas=3,nodes[0].name=n1,nodes[1].name=n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := `["vkubelet-n1", "vkubelet-n2", "vk-vkubelet-replica-0", "vk-vkubelet-replica-1", "vk-vkubelet-replica-2"]`
+	for _, want := range []string{"- --leader-elect-replicas=3", "- --leader-elect-group=vk-vkubelet", "resourceNames: " + leases, "object.metadata.name in " + leases} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with replicas=3 and two nodes the chart has no %q", want)
 		}
 	}
 	out, err = helm("template", "vk", chart, "--set", "metrics.podMonitor.enabled=true,nodeName=n1")

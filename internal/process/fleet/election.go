@@ -29,6 +29,14 @@ type LeaderElection struct {
 	// As client-go's leader election: a holder renews within RenewDeadline, others
 	// try every RetryPeriod and take over LeaseDuration after the last renewal.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Replicas, if above 0, spreads the nodes over the replicas (spread.go):
+	// each replica holding one of Replicas membership Leases
+	// <Namespace>/<Group>-replica-<i> runs about its share of the nodes. 0: the
+	// first replica to start takes every node, the others stand by.
+	Replicas int
+	// Group names the replicas sharing one configuration, in their membership
+	// Leases' names. Default "vkubelet".
+	Group string
 }
 
 // LeaseName is the name of node's election Lease.
@@ -137,6 +145,12 @@ func Holder(ctx context.Context, c kubernetes.Interface, namespace, node string)
 func checkLeaderElection(le *LeaderElection) error {
 	if le.Client == nil || le.Namespace == "" || le.Identity == "" {
 		return fmt.Errorf("leader election: a client, a namespace and an identity are required")
+	}
+	if le.Replicas < 0 {
+		return fmt.Errorf("leader election: %d replicas", le.Replicas)
+	}
+	if le.Group == "" {
+		le.Group = "vkubelet"
 	}
 	if le.LeaseDuration == 0 {
 		le.LeaseDuration = 40 * time.Second

@@ -8,10 +8,16 @@
 // authentication and the metrics (agent.Shared), unless each has an identity of
 // its own (a bootstrap credential). Each node keeps its own queues, workers,
 // Lease renewal and kubelet API port (docs/ARCHITECTURE.md).
+//
+// With leader election, replicas of one configuration run each node in one
+// replica at a time, the one holding the node's election Lease: the first to
+// start takes every node (election.go), or, with LeaderElection.Replicas, each
+// runs about its share of them (spread.go, membership.go, spreadnode.go).
 package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -73,6 +79,15 @@ type Fleet struct {
 	stopShared context.CancelFunc
 	sharedDone chan struct{}
 
+	// spread, leases and membership share the nodes with other replicas
+	// (LeaderElection.Replicas); nil without. The membership runs from the
+	// first Apply until its context ends.
+	spread     *spreader
+	leases     *leases
+	membership *membership
+	joinOnce   sync.Once
+	leave      context.CancelFunc
+
 	mu      sync.Mutex
 	members map[string]*member
 	wg      sync.WaitGroup
@@ -112,6 +127,16 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.LeaderElection = &le
 	}
 	f := &Fleet{cfg: cfg, members: map[string]*member{}}
+	if le := cfg.LeaderElection; le != nil && le.Replicas > 0 {
+		// Settle: two retry periods, so that replicas starting together see
+		// each other before any takes a node; grace: a lease duration, the
+		// longest a node waits when replicas disagree (spread.go).
+		f.spread = newSpreader(le.Identity, 2*le.RetryPeriod, le.LeaseDuration)
+		f.leases = &leases{client: le.Client.CoordinationV1(), ns: le.Namespace, me: le.Identity,
+			duration: le.LeaseDuration, clock: cfg.Clock}
+		f.membership = newMembership(f.leases, le.Group, le.Replicas, f.spread, cfg.Clock,
+			le.RetryPeriod, le.RenewDeadline, cfg.Logger.With("group", le.Group))
+	}
 	base := cfg.Base
 	if agents && !cfg.SingleNode && !base.OwnIdentity() {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -164,6 +189,25 @@ func (f *Fleet) Apply(ctx context.Context, nodes []nodeconfig.Node) (started, st
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.spread != nil {
+		for _, name := range stopped {
+			if _, ok := want[name]; !ok {
+				f.spread.remove(name)
+			}
+		}
+		for _, n := range nodes {
+			f.spread.add(n.Name)
+		}
+		f.joinOnce.Do(func() {
+			mctx, leave := context.WithCancel(ctx)
+			f.leave = leave
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				f.membership.run(mctx)
+			}()
+		})
+	}
 	for _, n := range nodes {
 		if _, running := f.members[n.Name]; running {
 			continue
@@ -190,13 +234,19 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 		for {
 			ready := func() { once.Do(func() { close(m.ready) }) }
 			var err error
-			if f.cfg.LeaderElection != nil {
+			switch {
+			case f.spread != nil:
+				err = f.runSpread(ctx, m, cfg, ready)
+			case f.cfg.LeaderElection != nil:
 				err = f.runHeld(ctx, m, cfg, ready)
-			} else {
+			default:
 				err = f.cfg.Run(ctx, cfg, ready)
 			}
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, errHandedOver) {
+				continue // standing by again at once
 			}
 			delay := backoff.Step()
 			log.Error("node stopped; starting it again", "error", err, "in", delay)
@@ -318,9 +368,14 @@ func (f *Fleet) HealthHandler() http.Handler {
 	return mux
 }
 
-// Stop stops every node and waits for them to end.
+// Stop stops every node and waits for them to end. A replica sharing the
+// nodes leaves the replicas first, so that the others count it out while its
+// nodes stop and take them as their Leases are given up.
 func (f *Fleet) Stop() {
 	f.mu.Lock()
+	if f.leave != nil {
+		f.leave()
+	}
 	for name, m := range f.members {
 		m.cancel()
 		delete(f.members, name)

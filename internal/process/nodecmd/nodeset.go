@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vkubelet/vkubelet/internal/process/agent"
@@ -116,6 +117,13 @@ func electionClient(cfg agent.Config) (kubernetes.Interface, error) {
 		if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
 			return nil, fmt.Errorf("--leader-elect: %w", err)
 		}
+	}
+	rc = rest.CopyConfig(rc)
+	if rc.QPS == 0 {
+		// client-go's default, 5 a second, cannot keep a thousand nodes' Leases:
+		// every replica reads each every retry period and renews its own. The
+		// process's bound, as for its nodes' client.
+		rc.QPS, rc.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	}
 	return kubernetes.NewForConfig(rc)
 }

@@ -108,6 +108,8 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.Election.LeaseDuration, "leader-elect-lease-duration", f.Election.LeaseDuration, "how long a replica's hold on a node lasts without renewal: the longest a dead replica's nodes wait")
 	fs.DurationVar(&f.Election.RenewDeadline, "leader-elect-renew-deadline", f.Election.RenewDeadline, "a holder that cannot renew within this time gives its nodes up")
 	fs.DurationVar(&f.Election.RetryPeriod, "leader-elect-retry-period", f.Election.RetryPeriod, "how often replicas try to take a node")
+	fs.IntVar(&f.Election.Replicas, "leader-elect-replicas", f.Election.Replicas, "with --leader-elect, spread the nodes over up to this many replicas: each replica holding one of the Leases <leader-elect-namespace>/<leader-elect-group>-replica-0… runs about its share of the nodes, taking them from the others as it joins and handing them back as it leaves; a replica beyond this many stands by. 0: the first replica runs every node")
+	fs.StringVar(&f.Election.Group, "leader-elect-group", "vkubelet", "with --leader-elect-replicas, the name of the replicas sharing this configuration, in their membership Leases' names: one per configuration sharing a namespace")
 	fs.StringVar(&c.NodeName, "nodename", c.NodeName, "name of the virtual node ($DEFAULT_NODE_NAME, else the host name)")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "provider that runs the pods: "+strings.Join(c.Providers.Names(), ", "))
 	fs.StringVar(&c.ProviderConfig, "provider-config", c.ProviderConfig, "provider configuration file")
@@ -201,5 +203,11 @@ func parseLevel(level string) (slog.Level, error) {
 // Register defined) and carries their meaning into f, or says why they cannot be
 // given. Call it once the flags are parsed.
 func (f *Flags) Apply(fs *pflag.FlagSet) error {
+	if f.Election.Replicas != 0 && !f.LeaderElect {
+		return fmt.Errorf("--leader-elect-replicas spreads the nodes of --leader-elect; give both")
+	}
+	if f.Election.Replicas < 0 {
+		return fmt.Errorf("--leader-elect-replicas %d: want 0 (no spreading) or more", f.Election.Replicas)
+	}
 	return f.upstream.apply(fs, f)
 }

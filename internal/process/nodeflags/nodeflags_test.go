@@ -71,3 +71,16 @@ func TestLogLevelsOfSlogAndUpstream(t *testing.T) {
 		t.Errorf("a trace logger wrote %q", buf.String())
 	}
 }
+
+func TestReplicasSpreadOnlyWithLeaderElection(t *testing.T) {
+	f, err := parseNode(t, "--leader-elect", "--leader-elect-replicas", "3", "--leader-elect-group", "east")
+	if err != nil || f.Election.Replicas != 3 || f.Election.Group != "east" {
+		t.Errorf("replicas %d, group %q, error %v; want 3, east, none", f.Election.Replicas, f.Election.Group, err)
+	}
+	if _, err := parseNode(t, "--leader-elect-replicas", "3"); err == nil || !strings.Contains(err.Error(), "give both") {
+		t.Errorf("--leader-elect-replicas without --leader-elect: error %v", err)
+	}
+	if _, err := parseNode(t, "--leader-elect", "--leader-elect-replicas", "-1"); err == nil {
+		t.Error("--leader-elect-replicas -1 accepted")
+	}
+}
