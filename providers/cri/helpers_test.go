@@ -64,7 +64,7 @@ var unavailable error
 func needRuntime(t *testing.T) {
 	t.Helper()
 	if unavailable != nil {
-		t.Skipf("skipped: %v", unavailable)
+		testenv.Require(t, unavailable)
 	}
 	if env == nil {
 		t.Skip("integration test: needs containerd (run without -short)")

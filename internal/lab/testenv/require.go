@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -19,7 +20,30 @@ func Require(t testing.TB, err error) {
 	if InCI() {
 		t.Fatalf("%v (CI runs every test: make test installs what they need)", err)
 	}
+	recordSkip(t, err)
 	t.Skipf("skipped: %v", err)
+}
+
+// SkipsFileEnv names the file, if set, to which Require appends a line per test
+// it skips: `make test` prints them at its end, since go test without -v does
+// not show why a test was skipped.
+const SkipsFileEnv = "VKUBELET_TEST_SKIPS"
+
+func recordSkip(t testing.TB, why error) {
+	path := os.Getenv(SkipsFileEnv)
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Logf("recording the skip in %s: %v", path, err)
+		return
+	}
+	defer f.Close()
+	// One write per line: O_APPEND keeps the lines of parallel packages whole.
+	if _, err := fmt.Fprintf(f, "%s: %v\n", t.Name(), why); err != nil {
+		t.Logf("recording the skip in %s: %v", path, err)
+	}
 }
 
 // InCI reports whether the tests run in CI (CI=true, as .ci/run and the CI
