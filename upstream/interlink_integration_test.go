@@ -192,7 +192,7 @@ func runInterLinkAPI(t *testing.T, dir, pluginURL string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	config := filepath.Join(dir, "InterLinkConfig.yaml")
 	writeFile(t, config, fmt.Sprintf(`InterlinkAddress: "http://127.0.0.1"
 InterlinkPort: "%d"
@@ -268,17 +268,6 @@ func kubeletGet(t *testing.T, cp *controlplane.ControlPlane, node, path string) 
 		err = fmt.Errorf("%s", resp.Status)
 	}
 	return string(b), err
-}
-
-// freePort is a TCP port of 127.0.0.1 free when asked.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func writeFile(t *testing.T, path, content string) {

@@ -92,17 +92,6 @@ func helmRunner(t *testing.T) func(args ...string) (string, error) {
 	}
 }
 
-// freePort is a TCP port free on every address at the time of the call.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // hostAddress is an IPv4 address of this machine other than loopback: the inner
 // node's InternalIP (the API server does not proxy to a loopback node address).
 func hostAddress(t *testing.T) string {
@@ -470,9 +459,9 @@ func (h *host) values(t *testing.T, node string) map[string]any {
 		"image":       map[string]any{"tag": h.tag, "pullPolicy": "Never"},
 		"apiServer":   testenv.ControlPlane(t).URL,
 		"hostNetwork": true,
-		"kubelet":     map[string]any{"port": freePort(t), "address": hostAddress(t)},
-		"healthzPort": freePort(t),
-		"approver":    map[string]any{"healthzPort": freePort(t)},
+		"kubelet":     map[string]any{"port": testenv.FreePort(t), "address": hostAddress(t)},
+		"healthzPort": testenv.FreePort(t),
+		"approver":    map[string]any{"healthzPort": testenv.FreePort(t)},
 		"nodeSelector": map[string]string{
 			"kubernetes.io/hostname": h.name,
 		},

@@ -81,7 +81,7 @@ func testRemoteProviderOverTLS(t *testing.T, h *host) {
 	createSecret(t, c, ns, "provider-tls", map[string][]byte{"ca.crt": ca.pem, "tls.crt": clientCert, "tls.key": clientKey})
 	createSecret(t, c, ns, "sidecar-tls", map[string][]byte{"ca.crt": ca.pem, "tls.crt": serverCert, "tls.key": serverKey})
 
-	endpoint := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	endpoint := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	values := h.values(t, node)
 	values["provider"] = map[string]any{
 		"name":      "remote",

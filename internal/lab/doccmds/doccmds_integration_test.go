@@ -172,7 +172,7 @@ func (s *shell) typeBlock(cmds []string, up *upRun) {
 		case strings.HasPrefix(cmd, "export "):
 			s.exports = append(s.exports, cmd)
 		case strings.HasSuffix(cmd, "&") || strings.Contains(cmd, "port-forward"):
-			port := freePort(s.t)
+			port := testenv.FreePort(s.t)
 			cmd = strings.TrimSpace(strings.TrimSuffix(cmd, "&"))
 			cmd = strings.Replace(cmd, " 8080:", " "+strconv.Itoa(port)+":", 1)
 			s.start(cmd)
@@ -461,14 +461,4 @@ func checkHTTP(t *testing.T, port int, want string) {
 		b, err := io.ReadAll(resp.Body)
 		return err == nil && strings.Contains(string(b), want), fmt.Sprintf("GET through the port-forward: %s %q, %v", resp.Status, b, err)
 	})
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -66,8 +66,8 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 func newRunCommand(providers *registry.Registry) *cobra.Command {
 	f := newFlags(providers)
 	cmd := &cobra.Command{
-		Use:          "run",
-		Short:        "Run a virtual node, or with --config the nodes of a NodeSet file (the same as vkubelet alone)",
+		Use:   "run",
+		Short: "Run a virtual node, or with --config the nodes of a NodeSet file (the same as vkubelet alone)",
 		// Main prints the error, once.
 		SilenceUsage:  true,
 		SilenceErrors: true,
