@@ -59,6 +59,9 @@ func startNode(t *testing.T) {
 	if node.agent != nil {
 		return
 	}
+	// The API server proxies logs, exec and stats to a node address other than
+	// loopback: the node gets one in a network namespace, which needs root.
+	testenv.Require(t, netns.Available())
 	link, err := netns.Create("vkapi")
 	if err != nil {
 		t.Fatalf("network namespace for the node: %v", err)
