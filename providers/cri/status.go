@@ -43,17 +43,26 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 	}
 	initDone := len(pod.Spec.InitContainers) == 0 || rec.initDone
 	initFailed := false
+	// unready are the containers the pod's readiness waits for: its sidecars
+	// (in spec order, first) and its app containers, as the kubelet lists them.
+	var unready []string
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := containerStatus(rec, pod, c, initDone)
+		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 && !isSidecar(c) {
+			// An init container that completed is ready, as the kubelet reports it.
+			cs.Ready = true
+		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !isSidecar(c) {
 			initFailed = true
 		}
+		if isSidecar(c) && !cs.Ready {
+			unready = append(unready, c.Name)
+		}
 	}
 	s.EphemeralContainerStatuses = ephemeralStatuses(rec, pod)
 	var running, waiting, stopped, succeeded, failed int
-	var unready []string
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(rec, pod, c, initDone)
