@@ -85,7 +85,7 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 			if done && ok {
 				st.probes.started = true
 			} else if done {
-				p.killForProbe(ctx, rec, pod, c, st, "startup")
+				p.killForProbe(ctx, rec, pod, c, st, c.StartupProbe, "startup")
 				continue
 			}
 		}
@@ -95,7 +95,7 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 		}
 		if c.LivenessProbe != nil {
 			if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.LivenessProbe, &st.probes.liveness, startedAt); done && !ok {
-				p.killForProbe(ctx, rec, pod, c, st, "liveness")
+				p.killForProbe(ctx, rec, pod, c, st, c.LivenessProbe, "liveness")
 				continue
 			}
 		}
@@ -135,12 +135,27 @@ func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Po
 	return false, false
 }
 
-// killForProbe stops a container whose liveness or startup probe failed; the pod's
-// restartPolicy then decides whether it restarts.
-func (p *Provider) killForProbe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, which string) {
+// killForProbe stops a container whose liveness or startup probe pr failed; the
+// pod's restartPolicy then decides whether it restarts. The probe's own
+// terminationGracePeriodSeconds, when set, is the grace period of the stop
+// instead of the pod's (unless the pod is being deleted, whose grace period
+// then rules), as on a kubelet.
+func (p *Provider) killForProbe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, pr *corev1.Probe, which string) {
 	p.log.Info("container failed its probe, restarting it", "pod", rec.key, "container", c.Name, "probe", which)
-	p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
+	p.stopContainer(ctx, rec, withProbeGracePeriod(pod, pr), c.Name, st.cur.Id)
 	st.probes.ready = false
+}
+
+// withProbeGracePeriod is pod as a stop for a failed probe pr sees it: with the
+// probe's terminationGracePeriodSeconds as the pod's when the probe sets one and
+// the pod is not being deleted. pod itself is not changed.
+func withProbeGracePeriod(pod *corev1.Pod, pr *corev1.Probe) *corev1.Pod {
+	if pr == nil || pr.TerminationGracePeriodSeconds == nil || pod.DeletionGracePeriodSeconds != nil {
+		return pod
+	}
+	out := *pod
+	out.Spec.TerminationGracePeriodSeconds = pr.TerminationGracePeriodSeconds
+	return &out
 }
 
 // probe runs one check of pr against the container.

@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/provider"
 )
 
 // A pod is ready when its app containers and its sidecars are; an init
@@ -47,5 +49,33 @@ func TestReadinessCountsSidecarsAndCompletedInitContainers(t *testing.T) {
 				t.Errorf("%s message %q", cond.Type, cond.Message)
 			}
 		}
+	}
+}
+
+// A probe's terminationGracePeriodSeconds is the grace period of the kill it
+// causes, unless the pod is being deleted with a grace period of its own.
+func TestAProbesGracePeriodIsTheKillsGracePeriod(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To(int64(500))}}
+	own := &corev1.Probe{TerminationGracePeriodSeconds: ptr.To(int64(5))}
+	deleting := pod.DeepCopy()
+	deleting.DeletionGracePeriodSeconds = ptr.To(int64(30))
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		pr   *corev1.Probe
+		want int64
+	}{
+		{"the probe's", pod, own, 5},
+		{"the pod's when the probe sets none", pod, &corev1.Probe{}, 500},
+		{"the deletion's", deleting, own, 30},
+	}
+	for _, c := range cases {
+		got := withProbeGracePeriod(c.pod, c.pr)
+		if s := int64(provider.GracePeriod(got).Seconds()); s != c.want {
+			t.Errorf("%s: %ds, want %ds", c.name, s, c.want)
+		}
+	}
+	if *pod.Spec.TerminationGracePeriodSeconds != 500 {
+		t.Error("the pod was changed")
 	}
 }

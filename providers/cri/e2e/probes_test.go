@@ -78,6 +78,55 @@ func TestASidecarsReadinessProbeHoldsThePodsReadiness(t *testing.T) {
 	})
 }
 
+// A liveness or startup probe's own terminationGracePeriodSeconds is the grace
+// period of the kill it causes, not the pod's: a container that ignores SIGTERM
+// is restarted after the probe's 2 s, not the pod's 10 minutes.
+func TestAProbesGracePeriodRulesItsKill(t *testing.T) {
+	const node = "cri-probe-grace"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+
+	failing := func() *corev1.Probe {
+		pr := catProbe("/nonexistent")
+		pr.TerminationGracePeriodSeconds = ptr.To(int64(2))
+		return pr
+	}
+	for _, which := range []string{"liveness", "startup"} {
+		pod := busybox(which, node, env.Busybox, `trap '' TERM; while true; do sleep 1; done`)
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(600))
+		if which == "liveness" {
+			pod.Spec.Containers[0].LivenessProbe = failing()
+		} else {
+			pod.Spec.Containers[0].StartupProbe = failing()
+		}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, which := range []string{"liveness", "startup"} {
+		got := testenv.WaitPod(t, ns, which, "restarted by its probe", func(p *corev1.Pod) bool {
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount > 0
+		})
+		last := got.Status.ContainerStatuses[0].LastTerminationState.Terminated
+		if last == nil {
+			t.Errorf("%s: no last state: %+v", which, got.Status.ContainerStatuses[0])
+			continue
+		}
+		// Started, probed after about a second, killed 2 s later.
+		if ran := last.FinishedAt.Sub(last.StartedAt.Time); ran > 15*time.Second {
+			t.Errorf("%s: the container ran %s before its probe's kill took it, a 2 s grace period", which, ran)
+		}
+		if last.ExitCode != 137 {
+			t.Errorf("%s: exit code %d, want 137 (killed once the grace period was over)", which, last.ExitCode)
+		}
+	}
+	for _, which := range []string{"liveness", "startup"} {
+		_ = c.CoreV1().Pods(ns).Delete(ctx, which, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	}
+}
+
 // Init containers that completed are reported as the kubelet reports them:
 // terminated with exit code 0 and Ready, the pod Initialized.
 func TestCompletedInitContainersAreReady(t *testing.T) {
