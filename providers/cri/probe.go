@@ -68,6 +68,14 @@ func probedContainers(pod *corev1.Pod) []corev1.Container {
 // their results: readiness, startup and, for failed liveness or startup probes, a
 // restart of the container.
 func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+	p.probeContainers(ctx, rec, pod, false)
+}
+
+// probeContainers runs the probes due on the pod's running containers. While the
+// pod terminates only readiness probes run, as on a kubelet: a container stopping
+// goes unready when its probe fails, so that it leaves its Services' endpoints,
+// and is never killed by a liveness or startup probe in its grace period.
+func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *corev1.Pod, terminating bool) {
 	cs := probedContainers(pod)
 	for i := range cs {
 		c := &cs[i]
@@ -80,7 +88,7 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 			st.probes = probeStates{containerID: st.cur.Id, started: c.StartupProbe == nil}
 		}
 		startedAt := time.Unix(0, st.cur.StartedAt)
-		if !st.probes.started {
+		if !st.probes.started && !terminating {
 			ok, done := p.probeOnce(ctx, rec, pod, c, st, c.StartupProbe, &st.probes.startup, startedAt)
 			if done && ok {
 				st.probes.started = true
@@ -93,7 +101,7 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 			st.probes.ready = false
 			continue
 		}
-		if c.LivenessProbe != nil {
+		if c.LivenessProbe != nil && !terminating {
 			if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.LivenessProbe, &st.probes.liveness, startedAt); done && !ok {
 				p.killForProbe(ctx, rec, pod, c, st, c.LivenessProbe, "liveness")
 				continue
@@ -104,6 +112,31 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 		} else if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.ReadinessProbe, &st.probes.readiness, startedAt); done {
 			st.probes.ready = ok
 		}
+	}
+}
+
+// probeWhileStopping keeps the readiness of a terminating pod current until
+// stopped is closed (its containers have stopped): it reads the pod from the
+// runtime every SyncInterval, runs the readiness probes that are due and
+// publishes the status, as the kubelet goes on probing readiness in a pod's
+// grace period.
+func (p *Provider) probeWhileStopping(ctx context.Context, rec *podRecord, pod *corev1.Pod, stopped <-chan struct{}) {
+	ticker := time.NewTicker(p.cfg.SyncInterval.Duration)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-stopped:
+			return
+		case <-ctx.Done():
+			<-stopped
+			return
+		case <-ticker.C:
+		}
+		if err := p.refresh(ctx, rec, pod); err != nil {
+			continue
+		}
+		p.probeContainers(ctx, rec, pod, true)
+		p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
 	}
 }
 

@@ -52,7 +52,9 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 				}
 			}(name, st.cur.Id)
 		}
-		wg.Wait()
+		stopped := make(chan struct{})
+		go func() { wg.Wait(); close(stopped) }()
+		p.probeWhileStopping(ctx, rec, pod, stopped)
 		if err := p.refresh(ctx, rec, pod); err != nil {
 			return false
 		}

@@ -78,6 +78,78 @@ func TestASidecarsReadinessProbeHoldsThePodsReadiness(t *testing.T) {
 	})
 }
 
+// While a pod terminates its readiness probes go on: a container that stops
+// passing its probe in its grace period makes the pod unready before it is gone,
+// as on a kubelet, so that Services stop sending it traffic. A liveness probe
+// failing then does not restart it.
+func TestReadinessIsProbedWhileThePodTerminates(t *testing.T) {
+	const node = "cri-terminating-ready"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+
+	script := `touch /tmp/ready /tmp/live
+trap 'rm -f /tmp/ready /tmp/live; sleep 30; exit 0' TERM
+while true; do sleep 1 & wait $!; done`
+	for _, name := range []string{"app", "sidecar"} {
+		probed := corev1.Container{
+			Name: "probed", Image: env.Busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:        []string{"/bin/sh", "-c", script},
+			ReadinessProbe: catProbe("/tmp/ready"),
+			LivenessProbe:  catProbe("/tmp/live"),
+		}
+		// The pod's other container, if any, takes its time to stop too: only
+		// the probe can make the pod unready before it is gone.
+		pod := busybox(name, node, env.Busybox, `trap 'sleep 30; exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(30))
+		if name == "sidecar" {
+			probed.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+			pod.Spec.InitContainers = []corev1.Container{probed}
+		} else {
+			pod.Spec.Containers = []corev1.Container{probed}
+		}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"app", "sidecar"} {
+		testenv.WaitPod(t, ns, name, "Running and Ready", runningAndReady)
+		if err := c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"app", "sidecar"} {
+		got := testenv.WaitPod(t, ns, name, "not Ready while terminating", func(p *corev1.Pod) bool {
+			return p.DeletionTimestamp != nil && podReady(p) == corev1.ConditionFalse
+		})
+		if got.Status.Phase != corev1.PodRunning {
+			t.Errorf("%s: phase %s while its containers stop", name, got.Status.Phase)
+		}
+		for _, cs := range append(got.Status.InitContainerStatuses, got.Status.ContainerStatuses...) {
+			if cs.RestartCount != 0 {
+				t.Errorf("%s: container %s restarted (%d) in its grace period", name, cs.Name, cs.RestartCount)
+			}
+		}
+	}
+	// The liveness probes have failed by now (the files are gone): still no restart.
+	time.Sleep(3 * time.Second)
+	for _, name := range []string{"app", "sidecar"} {
+		got, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cs := range append(got.Status.InitContainerStatuses, got.Status.ContainerStatuses...) {
+			if cs.RestartCount != 0 || cs.State.Running == nil {
+				t.Errorf("%s: container %s restarted or stopped in its grace period: %+v", name, cs.Name, cs.State)
+			}
+		}
+		if err := c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A liveness or startup probe's own terminationGracePeriodSeconds is the grace
 // period of the kill it causes, not the pod's: a container that ignores SIGTERM
 // is restarted after the probe's 2 s, not the pod's 10 minutes.
