@@ -172,6 +172,7 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 		// added later is refused alone.
 		return nil, fmt.Errorf("container %s is privileged, which this node does not allow", c.Name)
 	}
+	env = withPodIPs(c, env, p.envPodIPs(pod, podIP))
 	mounts, err := p.mounts(pod, c)
 	if err != nil {
 		return nil, err
@@ -223,6 +224,23 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
 	}
 	return cfg, nil
+}
+
+// envPodIPs are the pod's IPs for its containers' environment (withPodIPs):
+// the sandbox's IP, or the node's for a pod in the node's network namespace
+// because of Config.Network. A hostNetwork pod's were resolved with the pod (the
+// node's addresses, as the kubelet gives them): nil.
+func (p *Provider) envPodIPs(pod *corev1.Pod, podIP string) []string {
+	switch {
+	case pod.Spec.HostNetwork:
+		return nil
+	case podIP == "" && p.hostNetwork(pod):
+		podIP = p.hostIPNow()
+	}
+	if podIP == "" {
+		return nil
+	}
+	return []string{podIP}
 }
 
 // resources converts the container's requests and limits as the kubelet does.
