@@ -208,6 +208,9 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		}
 		return fail(reason, err)
 	}
+	if err := p.checkRunAsNonRoot(ctx, pod, c); err != nil {
+		return fail("CreateContainerConfigError", err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
 	target, err := targetID(rec, pod, c.Name)

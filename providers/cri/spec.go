@@ -1,8 +1,10 @@
 package cri
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/providers/providerutil"
@@ -346,4 +349,79 @@ func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.M
 		})
 	}
 	return out, nil
+}
+
+// checkRunAsNonRoot refuses to run container c of the pod as root when its
+// effective securityContext (the container's, else the pod's) says
+// runAsNonRoot, as the kubelet does before it creates a container: the user is
+// the securityContext's runAsUser or else the image's, which the runtime reports
+// as a UID or a name. A name cannot be verified, and is refused too; an image
+// that names no user runs as root.
+func (p *Provider) checkRunAsNonRoot(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
+	nonRoot, user := effectiveUser(pod, c)
+	if !nonRoot {
+		return nil
+	}
+	if user != nil {
+		return nonRootError(pod, c, user, "", true)
+	}
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	st, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: c.Image}})
+	if err != nil {
+		return fmt.Errorf("image %s: %w", c.Image, err)
+	}
+	img := st.GetImage()
+	switch {
+	case img.GetUid() != nil:
+		uid := img.GetUid().GetValue()
+		return nonRootError(pod, c, &uid, "", false)
+	case img.GetUsername() != "":
+		return nonRootError(pod, c, nil, img.GetUsername(), false)
+	}
+	return nonRootError(pod, c, new(int64), "", false)
+}
+
+// effectiveUser is whether c must run as a non-root user, and the user its
+// securityContext sets (nil: the image's): the container's fields, else the
+// pod's.
+func effectiveUser(pod *corev1.Pod, c *corev1.Container) (nonRoot bool, user *int64) {
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		nonRoot = psc.RunAsNonRoot != nil && *psc.RunAsNonRoot
+		user = psc.RunAsUser
+	}
+	if csc := c.SecurityContext; csc != nil {
+		if csc.RunAsNonRoot != nil {
+			nonRoot = *csc.RunAsNonRoot
+		}
+		if csc.RunAsUser != nil {
+			user = csc.RunAsUser
+		}
+	}
+	return nonRoot, user
+}
+
+// nonRootError is why container c, which must run as a non-root user, may not
+// run as uid (or the image's user name), in the kubelet's words; nil if it may.
+// fromSpec: uid is the securityContext's runAsUser, not the image's.
+func nonRootError(pod *corev1.Pod, c *corev1.Container, uid *int64, username string, fromSpec bool) error {
+	who := fmt.Sprintf("(pod: %q, container: %s)", podDesc(pod.Name, pod.Namespace, pod.UID), c.Name)
+	switch {
+	case fromSpec && *uid == 0:
+		return fmt.Errorf("container's runAsUser breaks non-root policy %s", who)
+	case fromSpec:
+		return nil
+	case uid == nil:
+		return fmt.Errorf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root %s", username, who)
+	case *uid == 0:
+		return fmt.Errorf("container has runAsNonRoot and image will run as root %s", who)
+	case *uid < 0 || *uid > math.MaxInt32:
+		return fmt.Errorf("container has runAsNonRoot and image has an invalid user id (%d), not in 1-%d %s", *uid, math.MaxInt32, who)
+	}
+	return nil
+}
+
+// podDesc names a pod as the kubelet's messages do: name_namespace(uid).
+func podDesc(name, namespace string, uid types.UID) string {
+	return fmt.Sprintf("%s_%s(%s)", name, namespace, uid)
 }
