@@ -89,6 +89,9 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	}
 
 	if st.providerUID == "" {
+		if reason, msg, ok := admitOS(p, c.os); !ok {
+			return c.reject(ctx, p, reason, msg)
+		}
 		// A pod the provider does not have still has its deadline, counted
 		// from the start time its first status got (resolveFailed, a failed
 		// CreatePod); it is judged again when the deadline comes.
