@@ -54,7 +54,7 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 			cs.Ready = true
 		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !isSidecar(c) {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && !isSidecar(c) && !shouldRestart(c, pod, t.ExitCode) {
 			initFailed = true
 		}
 		if isSidecar(c) && !cs.Ready {
@@ -62,7 +62,8 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 		}
 	}
 	s.EphemeralContainerStatuses = ephemeralStatuses(rec, pod)
-	var running, waiting, stopped, succeeded, failed int
+	// stoppedFinal: stopped containers that will not start again (shouldRestart).
+	var running, waiting, stopped, stoppedFinal, succeeded, failed int
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(rec, pod, c, initDone)
@@ -80,8 +81,14 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 			} else {
 				failed++
 			}
+			if !shouldRestart(c, pod, cs.State.Terminated.ExitCode) {
+				stoppedFinal++
+			}
 		case cs.LastTerminationState.Terminated != nil:
 			stopped++
+			if !shouldRestart(c, pod, cs.LastTerminationState.Terminated.ExitCode) {
+				stoppedFinal++
+			}
 		default:
 			waiting++
 		}
@@ -106,19 +113,14 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 	case running > 0:
 		s.Phase = corev1.PodRunning
 	case stopped > 0:
-		switch pod.Spec.RestartPolicy {
-		case corev1.RestartPolicyNever:
+		// The pod has ended once none of its containers will start again (the
+		// pod's restartPolicy, or each container's own and its rules).
+		s.Phase = corev1.PodRunning
+		if stoppedFinal == stopped {
 			s.Phase = corev1.PodSucceeded
-			if failed > 0 {
+			if stopped != succeeded {
 				s.Phase = corev1.PodFailed
 			}
-		case corev1.RestartPolicyOnFailure:
-			s.Phase = corev1.PodRunning
-			if stopped == succeeded {
-				s.Phase = corev1.PodSucceeded
-			}
-		default:
-			s.Phase = corev1.PodRunning
 		}
 	}
 	if rec.deadlineExceeded {
