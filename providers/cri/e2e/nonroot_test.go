@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +16,7 @@ import (
 // A container that must run as a non-root user is not started as root, as on a
 // kubelet: with an image that runs as root (busybox names no user) or an
 // explicit runAsUser 0 it waits in CreateContainerConfigError with the kubelet's
-// message; with a non-root runAsUser it runs.
+// message and a Warning Event "Failed"; with a non-root runAsUser it runs.
 func TestRunAsNonRootRefusesRoot(t *testing.T) {
 	const node = "cri-nonroot"
 	env := startNode(t, node)
@@ -58,5 +59,13 @@ func TestRunAsNonRootRefusesRoot(t *testing.T) {
 		if got.Status.Phase != corev1.PodPending {
 			t.Errorf("%s: phase %s", tc.name, got.Status.Phase)
 		}
+		// What Kubernetes' own test waits for: the kubelet's Warning Event "Failed".
+		testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+			events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + tc.name + ",reason=Failed"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(events.Items) > 0 && events.Items[0].Message == "Error: "+want, fmt.Sprintf("%s: Failed Events %+v", tc.name, events.Items)
+		})
 	}
 }
