@@ -133,6 +133,12 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 		cfg.Linux.SecurityContext.RunAsUser = int64Value(sc.RunAsUser)
 		cfg.Linux.SecurityContext.RunAsGroup = int64Value(sc.RunAsGroup)
 		cfg.Linux.SecurityContext.SupplementalGroups = supplementalGroups(sc)
+		if len(sc.Sysctls) > 0 {
+			cfg.Linux.Sysctls = map[string]string{}
+			for _, sysctl := range sc.Sysctls {
+				cfg.Linux.Sysctls[dottedSysctl(sysctl.Name)] = sysctl.Value
+			}
+		}
 	}
 	for _, c := range allContainers(pod) {
 		// A privileged container needs a privileged sandbox (the runtime refuses
@@ -158,6 +164,25 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 		}
 	}
 	return cfg, warnings, nil
+}
+
+// dottedSysctl is a sysctl's name with dots as separators, as the runtime
+// wants it (runc judges by the dots whether a sysctl is namespaced): the API
+// takes slashes too, as /proc/sys paths, where a dot is part of a name
+// (net/ipv4/conf/eno2.100/rp_filter is net.ipv4.conf.eno2/100.rp_filter).
+func dottedSysctl(name string) string {
+	if i := strings.IndexAny(name, "./"); i < 0 || name[i] == '.' {
+		return name
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/':
+			return '.'
+		}
+		return r
+	}, name)
 }
 
 func int64Value(v *int64) *runtimeapi.Int64Value {

@@ -1,0 +1,39 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+)
+
+// A pod's sysctls are set in its sandbox, as on a kubelet, named with dots or
+// with slashes.
+func TestThePodsSysctlsAreSet(t *testing.T) {
+	const node = "cri-sysctls"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+
+	for name, sysctl := range map[string]string{"dots": "kernel.shm_rmid_forced", "slashes": "kernel/shm_rmid_forced"} {
+		pod := busybox(name, node, env.Busybox, "cat /proc/sys/kernel/shm_rmid_forced")
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		pod.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: sysctl, Value: "1"}}}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"dots", "slashes"} {
+		testenv.WaitPod(t, ns, name, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			b, err := c.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			return err == nil && string(b) == "1\n", fmt.Sprintf("%s: kernel.shm_rmid_forced is %q (%v), want 1", name, b, err)
+		})
+	}
+}
