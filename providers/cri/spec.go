@@ -166,6 +166,48 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 	return cfg, warnings, nil
 }
 
+// safeSysctls are the sysctls the kubelet lets any pod set: namespaced, and
+// harmless to the node and its other pods. It allows no other by default, and
+// neither does this provider.
+var safeSysctls = map[string]bool{
+	"kernel.shm_rmid_forced":              true,
+	"net.ipv4.ip_local_port_range":        true,
+	"net.ipv4.tcp_syncookies":             true,
+	"net.ipv4.ping_group_range":           true,
+	"net.ipv4.ip_unprivileged_port_start": true,
+	"net.ipv4.ip_local_reserved_ports":    true,
+	"net.ipv4.tcp_keepalive_time":         true,
+	"net.ipv4.tcp_fin_timeout":            true,
+	"net.ipv4.tcp_keepalive_intvl":        true,
+	"net.ipv4.tcp_keepalive_probes":       true,
+	"net.ipv4.tcp_rmem":                   true,
+	"net.ipv4.tcp_wmem":                   true,
+	"net.ipv4.tcp_slow_start_after_idle":  true,
+	"net.ipv4.tcp_notsent_lowat":          true,
+}
+
+// forbiddenSysctl is why the pod may not set one of its sysctls, in the
+// kubelet's words, or nil: one not safe, or a network one in the node's network
+// namespace, or an IPC one in the node's IPC namespace (they would be the
+// node's).
+func (p *Provider) forbiddenSysctl(pod *corev1.Pod) error {
+	if pod.Spec.SecurityContext == nil {
+		return nil
+	}
+	for _, s := range pod.Spec.SecurityContext.Sysctls {
+		name := dottedSysctl(s.Name)
+		switch {
+		case !safeSysctls[name]:
+			return fmt.Errorf("forbidden sysctl: %q not allowlisted", name)
+		case strings.HasPrefix(name, "net.") && p.hostNetwork(pod):
+			return fmt.Errorf("forbidden sysctl: %q not allowed with host net enabled", name)
+		case strings.HasPrefix(name, "kernel.shm") && pod.Spec.HostIPC:
+			return fmt.Errorf("forbidden sysctl: %q not allowed with host ipc enabled", name)
+		}
+	}
+	return nil
+}
+
 // dottedSysctl is a sysctl's name with dots as separators, as the runtime
 // wants it (runc judges by the dots whether a sysctl is namespaced): the API
 // takes slashes too, as /proc/sys paths, where a dot is part of a name
