@@ -188,7 +188,15 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 					}
 					configs[i].InternalIP = link.NodeIP
 				}
-				startMetricsServer(ctx, cmd.ErrOrStderr(), log, cp, link.HostIP)
+				// The node does not wait for metrics-server, whose first run
+				// builds it (minutes): `kubectl top` comes when it is up. The
+				// control plane stops only once the start has ended.
+				metricsStarted := make(chan struct{})
+				go func() {
+					defer close(metricsStarted)
+					startMetricsServer(ctx, cmd.ErrOrStderr(), log, cp, link.HostIP)
+				}()
+				defer func() { <-metricsStarted }()
 			} else {
 				for i := 1; i < len(configs); i++ {
 					configs[i].KubeletPort = 0 // a free port each
@@ -292,7 +300,9 @@ func startClusterNetwork(ctx context.Context, out io.Writer, log *slog.Logger, c
 func startMetricsServer(ctx context.Context, out io.Writer, log *slog.Logger, cp *controlplane.ControlPlane, address string) {
 	started := time.Now()
 	if err := cp.StartMetricsServer(ctx, controlplane.MetricsServerConfig{Address: address}); err != nil {
-		log.Warn("kubectl top is unavailable: metrics-server did not start", "error", err)
+		if ctx.Err() == nil { // not stopped while it was being built
+			log.Warn("kubectl top is unavailable: metrics-server did not start", "error", err)
+		}
 		return
 	}
 	go func() {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // upProcess is a running `vkubeletctl up` and a client of its cluster.
@@ -259,6 +260,8 @@ func TestUpStartsAsManyNodesAsAsked(t *testing.T) {
 // usage kubectl top shows; a client pod reaches a web pod through its Service's
 // name (kube-proxy and CoreDNS, which up starts with --netns).
 func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
+	testenv.ControlPlane(t) // skipped under -short
+	testenv.Require(t, crienv.Available())
 	u := startUp(t, "--provider", "cri")
 	u.run(t, "real", "sh", "-c", "echo hello from a real container; sleep 3600")
 	req := u.client.CoreV1().Pods("default").GetLogs("real", &corev1.PodLogOptions{})

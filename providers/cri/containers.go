@@ -55,7 +55,7 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 			}
 			return started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
-			return p.startCreated(ctx, rec, c, st) || started
+			return p.startCreatedWithHook(ctx, rec, pod, c, st) || started
 		default: // unknown: the runtime has not decided yet
 			return started
 		}
@@ -80,7 +80,7 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(c, pod, st.cur.ExitCode):
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
-			started = p.startCreated(ctx, rec, c, st) || started
+			started = p.startCreatedWithHook(ctx, rec, pod, c, st) || started
 		}
 	}
 	return started
@@ -116,6 +116,16 @@ func (p *Provider) startCreated(ctx context.Context, rec *podRecord, c *corev1.C
 		return false
 	}
 	p.log.Info("started a container that was created but not started before a restart", "pod", rec.key, "container", c.Name, "id", st.cur.Id)
+	return true
+}
+
+// startCreatedWithHook is startCreated followed by the container's postStart
+// hook, which never ran.
+func (p *Provider) startCreatedWithHook(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState) bool {
+	if !p.startCreated(ctx, rec, c, st) {
+		return false
+	}
+	_ = p.postStart(ctx, rec, pod, c, st, st.cur.Id) // its failure is handled there
 	return true
 }
 
@@ -243,5 +253,6 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	st.waitReason, st.waitMessage = "", ""
 	st.retryAt = time.Time{}
 	p.log.Debug("container started", "pod", rec.key, "container", c.Name, "attempt", attempt, "id", created.ContainerId)
+	_ = p.postStart(ctx, rec, pod, c, st, created.ContainerId) // its failure is handled there
 	return true
 }

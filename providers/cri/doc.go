@@ -12,7 +12,7 @@
 // (containers.go); images pulled according to the pull policy, with the pod's pull
 // credentials; crashed containers restarted according to restartPolicy after a
 // back-off (Config.BackoffBase doubling to Config.BackoffMax; backoff.go); liveness,
-// readiness and startup probes; ephemeral containers (kubectl debug) started once
+// readiness and startup probes; postStart and preStop hooks (hooks.go); ephemeral containers (kubectl debug) started once
 // each, in the process namespace of their target container if they name one
 // (ephemeral.go); and the pod's status computed from what the runtime reports
 // (status.go) and pushed to the NotifyPods callback when it changes.

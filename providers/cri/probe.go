@@ -115,29 +115,16 @@ func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *cor
 	}
 }
 
-// probeWhileStopping keeps the readiness of a terminating pod current until
-// stopped is closed (its containers have stopped): it reads the pod from the
-// runtime every SyncInterval, runs the readiness probes that are due and
-// publishes the status, as the kubelet goes on probing readiness in a pod's
-// grace period.
-func (p *Provider) probeWhileStopping(ctx context.Context, rec *podRecord, pod *corev1.Pod, stopped <-chan struct{}) {
-	ticker := time.NewTicker(p.cfg.SyncInterval.Duration)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-stopped:
-			return
-		case <-ctx.Done():
-			<-stopped
-			return
-		case <-ticker.C:
-		}
-		if err := p.refresh(ctx, rec, pod); err != nil {
-			continue
-		}
-		p.probeContainers(ctx, rec, pod, true)
-		p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
+// probeWhileStopping keeps the readiness of a terminating pod current while its
+// containers stop (stopAll calls it every SyncInterval): it reads the pod from
+// the runtime, runs the readiness probes that are due and publishes the
+// status, as the kubelet goes on probing readiness in a pod's grace period.
+func (p *Provider) probeWhileStopping(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+	if err := p.refresh(ctx, rec, pod); err != nil {
+		return
 	}
+	p.probeContainers(ctx, rec, pod, true)
+	p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
 }
 
 // probeOnce runs pr if it is due and reports whether its result crossed a threshold

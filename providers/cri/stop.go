@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,9 +15,18 @@ import (
 
 // This file holds the stopping of containers and the teardown of a deleted pod.
 
-// stopContainer stops one container within the pod's grace period.
+// stopContainer stops one container within the pod's grace period, its preStop
+// hook first.
 func (p *Provider) stopContainer(ctx context.Context, rec *podRecord, pod *corev1.Pod, name, id string) {
 	grace := provider.GracePeriod(pod)
+	if c := specContainer(pod, name); hasPreStop(c) && grace > 0 {
+		start := time.Now()
+		hctx, cancel := context.WithTimeout(ctx, grace)
+		p.preStop(hctx, rec.key, pod, c, id, p.probeHost(rec, pod))
+		cancel()
+		// In whole seconds, as the kubelet counts: a hook of 0.3s leaves all 5 of 5.
+		grace = max(grace-time.Since(start).Truncate(time.Second), minStopGrace)
+	}
 	sctx, cancel := context.WithTimeout(ctx, grace+rpcTimeout)
 	defer cancel()
 	if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(grace / time.Second)}); err != nil {
@@ -24,7 +34,7 @@ func (p *Provider) stopContainer(ctx context.Context, rec *podRecord, pod *corev
 	}
 }
 
-// killPod stops the pod's containers within the grace period, then removes its
+// killPod stops the pod's containers within the grace period (stopAll), then removes its
 // sandbox and files, publishes its last status and forgets it. It returns false if
 // the runtime failed it, to be tried again.
 func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Time) bool {
@@ -36,25 +46,7 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 			p.log.Warn("reading pod state to stop it", "pod", rec.key, "err", err)
 			return false
 		}
-		var wg sync.WaitGroup
-		timeout := int64(max(time.Until(deleteBy).Round(time.Second), 0) / time.Second)
-		for name, st := range rec.ctrs {
-			if st.cur == nil || st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-				continue
-			}
-			wg.Add(1)
-			go func(name, id string) {
-				defer wg.Done()
-				sctx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Second+rpcTimeout)
-				defer cancel()
-				if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: timeout}); err != nil {
-					p.log.Warn("stopping container", "pod", rec.key, "container", name, "err", err)
-				}
-			}(name, st.cur.Id)
-		}
-		stopped := make(chan struct{})
-		go func() { wg.Wait(); close(stopped) }()
-		p.probeWhileStopping(ctx, rec, pod, stopped)
+		p.stopAll(ctx, rec, pod, deleteBy)
 		if err := p.refresh(ctx, rec, pod); err != nil {
 			return false
 		}
@@ -97,4 +89,95 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 	p.mu.Unlock()
 	p.log.Info("pod stopped and removed", "pod", rec.key, "uid", rec.uid)
 	return true
+}
+
+// stopAll stops the pod's running containers at once, each after its preStop
+// hook and the sidecars in their turn (stopOrder), all by deleteBy, a deadline a
+// DeletePod may bring forward.
+func (p *Provider) stopAll(ctx context.Context, rec *podRecord, pod *corev1.Pod, deleteBy time.Time) {
+	running := map[string]bool{} // not exited: to stop
+	ids := map[string]string{}
+	var hooked []string // running, with a preStop hook
+	for name, st := range rec.ctrs {
+		if st.cur == nil || st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		running[name], ids[name] = true, st.cur.Id
+		if st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING && hasPreStop(specContainer(pod, name)) {
+			hooked = append(hooked, name)
+		}
+	}
+	order := newStopOrder(pod, running)
+	host := p.probeHost(rec, pod)
+	var mu sync.Mutex // guards deleteBy
+	until := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Until(deleteBy)
+	}
+	// The hooks and the turns end with the grace period.
+	hctx, cancelHooks := context.WithCancel(ctx)
+	defer cancelHooks()
+	graceOver := time.AfterFunc(until(), cancelHooks)
+	defer graceOver.Stop()
+
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for name, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer order.done(name)
+			minimum := time.Duration(0)
+			if slices.Contains(hooked, name) && until() > 0 {
+				p.preStop(hctx, rec.key, pod, specContainer(pod, name), id, host)
+				minimum = minStopGrace
+			}
+			if len(order.after[name]) > 0 {
+				order.waitTurn(hctx, name)
+				minimum = minStopGrace
+			}
+			timeout := int64(max(until().Round(time.Second), minimum, 0) / time.Second)
+			sctx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Second+rpcTimeout)
+			defer cancel()
+			if _, err := p.runtime.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: timeout}); err != nil {
+				p.log.Warn("stopping container", "pod", rec.key, "container", name, "err", err)
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	// Readiness is probed, and the status published, while the containers stop.
+	var probing <-chan time.Time // none without a SyncInterval (tests' Providers)
+	if every := p.cfg.SyncInterval.Duration; every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		probing = t.C
+	}
+	woken := false
+	for {
+		select {
+		case <-probing:
+			p.probeWhileStopping(ctx, rec, pod)
+		case <-done:
+			if woken {
+				rec.wakeUp() // for the next sync, which this one may have delayed
+			}
+			return
+		case <-rec.wake:
+			woken = true
+			// A DeletePod: its deadline may be sooner.
+			p.mu.Lock()
+			deleting, by := rec.deleting, rec.deleteBy
+			p.mu.Unlock()
+			mu.Lock()
+			if deleting && by.Before(deleteBy) {
+				deleteBy = by
+			}
+			mu.Unlock()
+			graceOver.Reset(until())
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
 )
 
 // This file holds the pod's goroutine: one per pod, which makes the runtime match
@@ -101,11 +103,7 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 	}
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && !rec.terminal && time.Since(rec.accepted) > time.Duration(*d)*time.Second {
 		p.log.Info("pod passed its active deadline, stopping it", "pod", rec.key)
-		for name, st := range rec.ctrs {
-			if st.cur != nil && st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-				p.stopContainer(ctx, rec, pod, name, st.cur.Id)
-			}
-		}
+		p.stopAll(ctx, rec, pod, time.Now().Add(provider.GracePeriod(pod)))
 		rec.terminal, rec.deadlineExceeded = true, true
 		if err := p.refresh(ctx, rec, pod); err != nil {
 			return false

@@ -134,6 +134,7 @@ func TestShippedProvidersPassTheConformanceSuite(t *testing.T) {
 	})
 	t.Run("slurm", func(t *testing.T) {
 		// Pods as jobs of a real Slurm, their containers run by podman.
+		testenv.Require(t, slurmenv.Available())
 		env, err := slurmenv.Start(context.Background(), slurmenv.Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/process/agent"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -310,6 +312,28 @@ func TestParseSample(t *testing.T) {
 			if labels[k] != want {
 				t.Errorf("parseSample(%q): %s = %q, want %q", tc.line, k, labels[k], want)
 			}
+		}
+	}
+}
+
+// The bench counts the pod watches under the labels the agent gives them, and
+// nothing else.
+func TestPodWatchesAreCountedUnderTheAgentsLabels(t *testing.T) {
+	for url, want := range map[string]bool{
+		"https://api/api/v1/pods?fieldSelector=spec.nodeName%3Dn&watch=true":                          true,
+		"https://api/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan": true,
+		"https://api/api/v1/namespaces/ns/pods?watch=true":                                            true,
+		"https://api/api/v1/pods?fieldSelector=spec.nodeName%3Dn":                                     false,
+		"https://api/api/v1/namespaces/ns/pods/p/status":                                              false,
+		"https://api/api/v1/secrets?watch=true":                                                       false,
+	} {
+		r, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verb, resource := agent.APIRequestLabels(r)
+		if got := isPodWatch(verb, resource); got != want {
+			t.Errorf("%s (labels %q, %q): counted as a pod watch %v, want %v", url, verb, resource, got, want)
 		}
 	}
 }

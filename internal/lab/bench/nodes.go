@@ -121,7 +121,7 @@ func startAgentWith(ctx context.Context, cfg Config, kind, name string, provider
 	n.podWatches = func(ctx context.Context) (float64, error) {
 		var watches float64
 		err := scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
-			if name == "vkubelet_api_requests_total" && l["verb"] == "WATCH" && l["resource"] == "pods" {
+			if name == "vkubelet_api_requests_total" && isPodWatch(l["verb"], l["resource"]) {
 				watches += v
 			}
 		})
@@ -233,4 +233,11 @@ func caBundle(cfg *rest.Config) []byte {
 		}
 	}
 	return nil
+}
+
+// isPodWatch says whether vkubelet_api_requests_total's verb and resource
+// labels (agent.APIRequestLabels) count a pod watch: a watch, or a list
+// streamed as one (a relist).
+func isPodWatch(verb, resource string) bool {
+	return verb == http.MethodGet && (resource == "pods (watch)" || resource == "pods (watch list)")
 }

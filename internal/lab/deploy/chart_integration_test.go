@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,6 +307,9 @@ type host struct {
 	name string
 	tag  string
 	env  *crienv.Env
+
+	kubectlOnce sync.Once
+	kubectlRef  string
 }
 
 // startHost builds vkubelet's image and runs the CRI node until t ends.
@@ -376,9 +380,18 @@ func uncompressed(t *testing.T, img v1.Image) v1.Image {
 	return out
 }
 
-// importKubectl imports helm test's image into h's containerd and returns its
-// name.
+// importKubectl imports helm test's image into h's containerd, once for the
+// installs that run helm test side by side, and returns its name.
 func (h *host) importKubectl(t *testing.T) string {
+	t.Helper()
+	h.kubectlOnce.Do(func() { h.kubectlRef = h.importKubectlImage(t) })
+	if h.kubectlRef == "" {
+		t.Fatal("helm test's image could not be imported (see the first test that tried)")
+	}
+	return h.kubectlRef
+}
+
+func (h *host) importKubectlImage(t *testing.T) string {
 	t.Helper()
 	start := time.Now()
 	ref := "registry.k8s.io/kubectl:" + h.tag
@@ -458,6 +471,13 @@ func (h *host) values(t *testing.T, node string) map[string]any {
 // deleted when t ends.
 func install(t *testing.T, helm func(...string) (string, error), ns, release string, values map[string]any) string {
 	t.Helper()
+	return installChart(t, helm, ns, release, chartDir(t), values)
+}
+
+// installChart is install of chart (a directory, or an OCI reference followed by
+// helm's arguments for it, such as --version).
+func installChart(t *testing.T, helm func(...string) (string, error), ns, release, chart string, values map[string]any, chartArgs ...string) string {
+	t.Helper()
 	c := testenv.Client(t)
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
 	b, err := yaml.Marshal(values)
@@ -470,7 +490,8 @@ func install(t *testing.T, helm func(...string) (string, error), ns, release str
 	node := values["nodeName"].(string)
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	t.Cleanup(func() { _, _ = helm("uninstall", release, "--namespace", ns, "--ignore-not-found") })
-	if out, err := helm("install", release, chartDir(t), "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m"); err != nil {
+	args := append([]string{"install", release, chart}, chartArgs...)
+	if out, err := helm(append(args, "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m")...); err != nil {
 		describe(t, c, ns, node)
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -487,6 +508,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	t.Run("remote-over-tls", func(t *testing.T) { t.Parallel(); testRemoteProviderOverTLS(t, h) })
 	t.Run("remote-on-the-sidecars-socket", func(t *testing.T) { t.Parallel(); testRemoteProviderOnTheSidecarsSocket(t, h) })
 	t.Run("interlink-with-a-token", func(t *testing.T) { t.Parallel(); testInterLinkWithAToken(t, h) })
+	t.Run("released", func(t *testing.T) { t.Parallel(); testTheReleaseFromItsRegistry(t, h) })
 }
 
 // The dogfood test: the chart installs vkubelet's image on a vkubelet CRI node;

@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -26,9 +27,52 @@ const (
 
 // WriteArchive writes img as an OCI image layout, tagged ref, in a tar archive at
 // path. The archive is as reproducible as the image: its entries are sorted and
-// carry no times or owners of this machine.
+// carry no times or owners of this machine. Like `docker save` since Docker 25,
+// it also carries a manifest.json naming the layout's blobs, so that tools that
+// read Docker's archives (crane push, docker load) take it as well as those that
+// read OCI layouts (ctr images import, skopeo).
 func WriteArchive(img v1.Image, ref, path string) error {
-	return writeLayout(ref, path, func(lp layout.Path, o layout.Option) error { return lp.AppendImage(img, o) })
+	return writeLayout(ref, path, func(lp layout.Path, o layout.Option) error {
+		if err := lp.AppendImage(img, o); err != nil {
+			return err
+		}
+		return writeDockerManifest(string(lp), img, ref)
+	})
+}
+
+// dockerManifest is an entry of a Docker archive's manifest.json: the paths of
+// the image's configuration and layers in the archive, and its tags.
+type dockerManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// writeDockerManifest writes manifest.json into the layout at dir for img,
+// whose blobs the layout already holds.
+func writeDockerManifest(dir string, img v1.Image, ref string) error {
+	blob := func(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
+	cfg, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	m := dockerManifest{Config: blob(cfg), RepoTags: []string{ref}}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		m.Layers = append(m.Layers, blob(d))
+	}
+	b, err := json.Marshal([]dockerManifest{m})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "manifest.json"), b, 0o644)
 }
 
 // WriteIndexArchive writes idx, a multi-platform image, as an OCI image layout

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
@@ -88,6 +89,19 @@ func TestTheImageIsReproducibleImportsIntoContainerdAndRuns(t *testing.T) {
 	img, err := idx.Image(want)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Read as a Docker archive (as crane push and docker load read it), the
+	// archive holds the same image.
+	tagged, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docker, err := tarball.ImageFromPath(archives[0], &tagged)
+	if err != nil {
+		t.Fatalf("the archive read as a Docker archive: %v", err)
+	}
+	if got, err := docker.Digest(); err != nil || got != want {
+		t.Errorf("read as a Docker archive, the image is %s (%v), the layout holds %s", got, err, want)
 	}
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer reg.Close()

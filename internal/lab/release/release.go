@@ -151,18 +151,63 @@ func Make(ctx context.Context, o Options) (*Result, error) {
 func chartVersion(version string) string { return strings.TrimPrefix(version, "v") }
 
 // packageChart packages charts/vkubelet at the release's version, the image's
-// tag its appVersion.
+// tag its appVersion. Released to a registry, the chart's image is the one
+// pushed there (Registry/vkubelet), so that `helm install` with the defaults
+// runs the image released with the chart.
 func packageChart(ctx context.Context, o Options) (string, error) {
 	if o.Helm == "" {
 		return "", errors.New("release: packaging the chart needs helm (Options.Helm)")
 	}
-	cmd := exec.CommandContext(ctx, o.Helm, "package", filepath.Join(o.ModuleDir, "charts", "vkubelet"),
+	chart := filepath.Join(o.ModuleDir, "charts", "vkubelet")
+	if o.Registry != "" {
+		tmp, err := os.MkdirTemp("", "vkubelet-chart-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(tmp)
+		dst := filepath.Join(tmp, "vkubelet")
+		if err := os.CopyFS(dst, os.DirFS(chart)); err != nil {
+			return "", fmt.Errorf("release: copying the chart: %w", err)
+		}
+		values, err := os.ReadFile(filepath.Join(dst, "values.yaml"))
+		if err != nil {
+			return "", err
+		}
+		if values, err = withImageRepository(values, strings.TrimSuffix(o.Registry, "/")+"/vkubelet"); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dst, "values.yaml"), values, 0o644); err != nil {
+			return "", err
+		}
+		chart = dst
+	}
+	cmd := exec.CommandContext(ctx, o.Helm, "package", chart,
 		"--version", chartVersion(o.Version), "--app-version", o.Version, "--destination", o.Out)
 	cmd.Env = helmEnv(o.Out)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("release: helm package: %w\n%s", err, out)
 	}
 	return filepath.Join(o.Out, "vkubelet-"+chartVersion(o.Version)+".tgz"), nil
+}
+
+// withImageRepository is the chart's values.yaml with image.repository set to
+// repo. The file is edited as text, not decoded and encoded again, so that its
+// comments (the chart's documentation) are kept.
+func withImageRepository(values []byte, repo string) ([]byte, error) {
+	lines := strings.SplitAfter(string(values), "\n")
+	inImage := false
+	for i, l := range lines {
+		switch {
+		case strings.TrimRight(l, "\n") == "image:":
+			inImage = true
+		case inImage && strings.HasPrefix(l, "  repository:"):
+			lines[i] = "  repository: " + repo + "\n"
+			return []byte(strings.Join(lines, "")), nil
+		case inImage && l != "" && l[0] != ' ' && l[0] != '#' && l[0] != '\n':
+			inImage = false // the next top-level key: image has no repository
+		}
+	}
+	return nil, errors.New("release: the chart's values.yaml has no image.repository")
 }
 
 // helmEnv keeps helm's caches out of the user's; its configuration, where

@@ -163,8 +163,8 @@ func TestAReleaseIsBuiltPushedAndPulledBack(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, rendered)
 	}
-	if !strings.Contains(string(rendered), ":"+v) {
-		t.Errorf("the released chart does not run the released image (%s):\n%s", v, rendered)
+	if want := host + "/vkubelet-release/vkubelet:" + v; !strings.Contains(string(rendered), want) {
+		t.Errorf("the released chart does not run the released image (%s):\n%s", want, rendered)
 	}
 }
 

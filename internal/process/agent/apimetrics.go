@@ -21,7 +21,15 @@ type countingTransport struct {
 }
 
 func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resource := resourceOf(r.URL.Path)
+	t.counter.WithLabelValues(APIRequestLabels(r)).Inc()
+	return t.next.RoundTrip(r)
+}
+
+// APIRequestLabels are the verb and resource labels under which
+// vkubelet_api_requests_total counts r: the HTTP method, and the resource with
+// " (watch)" for a watch or " (watch list)" for a list streamed as one.
+func APIRequestLabels(r *http.Request) (verb, resource string) {
+	resource = resourceOf(r.URL.Path)
 	switch q := r.URL.Query(); {
 	case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
 		// A list streamed as a watch (client-go's WatchListClient): a relist.
@@ -29,8 +37,7 @@ func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case q.Get("watch") == "true":
 		resource += " (watch)"
 	}
-	t.counter.WithLabelValues(r.Method, resource).Inc()
-	return t.next.RoundTrip(r)
+	return r.Method, resource
 }
 
 // resourceOf extracts "pods", "pods/status", "leases", … from an API path:

@@ -46,9 +46,11 @@ func New(providers *registry.Registry) *cobra.Command {
 scheduler binds to it to a provider. It stops on SIGINT or SIGTERM, leaving the
 provider's pods running; started again, it picks them up. With --config it runs
 the several nodes a NodeSet file names (docs/NODESETS.md).`,
-		SilenceUsage: true,
-		Args:         cobra.NoArgs,
-		RunE:         runNode(f),
+		// Main prints the error, once.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE:          runNode(f),
 	}
 	f.Register(cmd.Flags())
 	cmd.AddCommand(newRunCommand(providers), version.Command("vkubelet"), newProvidersCommand(providers),
@@ -66,9 +68,11 @@ func newRunCommand(providers *registry.Registry) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:          "run",
 		Short:        "Run a virtual node, or with --config the nodes of a NodeSet file (the same as vkubelet alone)",
-		SilenceUsage: true,
-		Args:         cobra.NoArgs,
-		RunE:         runNode(f),
+		// Main prints the error, once.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE:          runNode(f),
 	}
 	f.Register(cmd.Flags())
 	return cmd

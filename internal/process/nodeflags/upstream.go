@@ -21,6 +21,7 @@ type upstreamFlags struct {
 	taint            string
 	enableNodeLease  bool
 	traceExporters   []string
+	traceZpagesAddr  string
 	traceServiceName string
 	traceTags        map[string]string
 	traceSampleRate  string
@@ -36,6 +37,7 @@ func (u *upstreamFlags) register(fs *pflag.FlagSet, f *Flags) {
 	fs.StringVar(&u.taint, "taint", "", "upstream virtual-kubelet: the taint's key (not supported)")
 	fs.BoolVar(&u.enableNodeLease, "enable-node-lease", true, "upstream virtual-kubelet: node leases (always on)")
 	fs.StringSliceVar(&u.traceExporters, "trace-exporter", nil, "upstream virtual-kubelet: OpenCensus exporters (use --tracing-endpoint)")
+	fs.StringVar(&u.traceZpagesAddr, "trace-zpages-addr", "", "upstream virtual-kubelet: OpenCensus zPages (not supported)")
 	fs.StringVar(&u.traceServiceName, "trace-service-name", "", "upstream virtual-kubelet: the traces' service name")
 	fs.StringToStringVar(&u.traceTags, "trace-tag", nil, "upstream virtual-kubelet: key=value attributes of every trace")
 	fs.StringVar(&u.traceSampleRate, "trace-sample-rate", "", "upstream virtual-kubelet: always, never or a percentage of traces recorded")
@@ -47,8 +49,8 @@ func (u *upstreamFlags) register(fs *pflag.FlagSet, f *Flags) {
 	fs.DurationVar(&c.TokenCacheTTL, "authentication-token-webhook-cache-ttl", c.TokenCacheTTL, "how long TokenReview answers are cached (0: 2m)")
 	fs.DurationVar(&c.AllowCacheTTL, "authorization-webhook-cache-authorized-ttl", c.AllowCacheTTL, "how long allowing SubjectAccessReview answers are cached (0: 5m)")
 	fs.DurationVar(&c.DenyCacheTTL, "authorization-webhook-cache-unauthorized-ttl", c.DenyCacheTTL, "how long denying SubjectAccessReview answers are cached (0: 30s)")
-	for _, name := range []string{"namespace", "taint", "enable-node-lease", "trace-exporter", "trace-service-name",
-		"trace-tag", "trace-sample-rate", "client-verify-ca", "no-verify-clients", "authentication-token-webhook"} {
+	for _, name := range []string{"namespace", "taint", "enable-node-lease", "trace-exporter", "trace-zpages-addr",
+		"trace-service-name", "trace-tag", "trace-sample-rate", "client-verify-ca", "no-verify-clients", "authentication-token-webhook"} {
 		hide(name)
 	}
 	// Upstream exposes klog's flags as --klog.<name>; here they set klog, which
@@ -84,6 +86,9 @@ func (u *upstreamFlags) apply(fs *pflag.FlagSet, f *Flags) error {
 	if len(u.traceExporters) > 0 {
 		return fmt.Errorf("--trace-exporter %s is not supported: vkubelet exports OpenTelemetry traces over OTLP; use --tracing-endpoint host:port (or $OTEL_EXPORTER_OTLP_ENDPOINT) of a collector, which can forward to Jaeger and others",
 			strings.Join(u.traceExporters, ","))
+	}
+	if u.traceZpagesAddr != "" {
+		return fmt.Errorf("--trace-zpages-addr is not supported: OpenCensus zPages are gone with OpenCensus; vkubelet exports its traces over OTLP (--tracing-endpoint host:port), and a collector shows them")
 	}
 	c.Tracing.ServiceName = u.traceServiceName
 	c.Tracing.Attributes = u.traceTags

@@ -51,6 +51,7 @@ func TestUpstreamFlagsWithoutAnEquivalentNameTheReplacement(t *testing.T) {
 		{[]string{"--taint", "foo"}, "--disable-taint"},
 		{[]string{"--enable-node-lease=false"}, "Lease"},
 		{[]string{"--trace-exporter", "jaeger"}, "--tracing-endpoint"},
+		{[]string{"--trace-zpages-addr", ":8888"}, "--tracing-endpoint"},
 		{[]string{"--trace-sample-rate", "150"}, "percentage"},
 		{[]string{"--trace-sample-rate", "50", "--tracing-sampling-ratio", "0.5"}, "give one"},
 		{[]string{"--client-verify-ca", "/a.pem", "--client-ca-file", "/b.pem"}, "give one"},

@@ -81,7 +81,9 @@ func TestASidecarsReadinessProbeHoldsThePodsReadiness(t *testing.T) {
 // While a pod terminates its readiness probes go on: a container that stops
 // passing its probe in its grace period makes the pod unready before it is gone,
 // as on a kubelet, so that Services stop sending it traffic. A liveness probe
-// failing then does not restart it.
+// failing then does not restart it. A sidecar stops only after the app
+// containers: its probe fails here because the app container, stopping, removes
+// the file it checks.
 func TestReadinessIsProbedWhileThePodTerminates(t *testing.T) {
 	const node = "cri-terminating-ready"
 	env := startNode(t, node)
@@ -89,20 +91,21 @@ func TestReadinessIsProbedWhileThePodTerminates(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 
-	script := `touch /tmp/ready /tmp/live
-trap 'rm -f /tmp/ready /tmp/live; sleep 30; exit 0' TERM
-while true; do sleep 1 & wait $!; done`
+	const loop = `while true; do sleep 1 & wait $!; done`
+	const stopping = `trap 'rm -f /shared/ready /shared/live; sleep 30; exit 0' TERM; `
+	shared := []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
 	for _, name := range []string{"app", "sidecar"} {
 		probed := corev1.Container{
 			Name: "probed", Image: env.Busybox, ImagePullPolicy: corev1.PullIfNotPresent,
-			Command:        []string{"/bin/sh", "-c", script},
-			ReadinessProbe: catProbe("/tmp/ready"),
-			LivenessProbe:  catProbe("/tmp/live"),
+			Command:        []string{"/bin/sh", "-c", "touch /shared/ready /shared/live; " + stopping + loop},
+			ReadinessProbe: catProbe("/shared/ready"),
+			LivenessProbe:  catProbe("/shared/live"),
+			VolumeMounts:   shared,
 		}
-		// The pod's other container, if any, takes its time to stop too: only
-		// the probe can make the pod unready before it is gone.
-		pod := busybox(name, node, env.Busybox, `trap 'sleep 30; exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+		pod := busybox(name, node, env.Busybox, stopping+loop)
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(30))
+		pod.Spec.Volumes = []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		pod.Spec.Containers[0].VolumeMounts = shared
 		if name == "sidecar" {
 			probed.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 			pod.Spec.InitContainers = []corev1.Container{probed}
