@@ -119,12 +119,30 @@ func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *cor
 // containers stop (stopAll calls it every SyncInterval): it reads the pod from
 // the runtime, runs the readiness probes that are due and publishes the
 // status, as the kubelet goes on probing readiness in a pod's grace period.
+// Once none of its containers runs it publishes nothing: the pod controller
+// would take such a status for the end of the pod, which killPod publishes
+// once the sandbox is gone too.
 func (p *Provider) probeWhileStopping(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
 	if err := p.refresh(ctx, rec, pod); err != nil {
 		return
 	}
 	p.probeContainers(ctx, rec, pod, true)
-	p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
+	if anyRunning(rec, pod) {
+		p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
+	}
+}
+
+// anyRunning reports whether one of the pod's init or app containers runs, as
+// the runtime was last read.
+func anyRunning(rec *podRecord, pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if st := rec.ctrs[c.Name]; st != nil && st.cur != nil && !st.stale && st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // probeOnce runs pr if it is due and reports whether its result crossed a threshold
