@@ -31,6 +31,11 @@ type Config struct {
 	NodeName string
 	Provider provider.PodLifecycleHandler
 
+	// OperatingSystem is the node's operating system, as its kubernetes.io/os
+	// label says; a pod for another is rejected as the kubelet rejects it.
+	// Default "linux", the node's default.
+	OperatingSystem string
+
 	// Workers is the number of workers creating, updating and deleting pods in the
 	// provider (--pod-sync-workers). Default 10.
 	Workers int
@@ -86,6 +91,8 @@ type Controller struct {
 	// for a clientset without a REST client (client-go's fakes).
 	rawPods  *podwire.Client
 	nodeName string
+	// os is the node's operating system: pods for another are rejected.
+	os       string
 	provider provider.PodLifecycleHandler
 	// notifier is the provider as a PodNotifier, nil if it must be polled.
 	notifier provider.PodNotifier
@@ -149,6 +156,9 @@ func NewController(cfg Config) (*Controller, error) {
 	if cfg.StatusPollInterval <= 0 {
 		cfg.StatusPollInterval = 5 * time.Second
 	}
+	if cfg.OperatingSystem == "" {
+		cfg.OperatingSystem = "linux"
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -169,6 +179,7 @@ func NewController(cfg Config) (*Controller, error) {
 	c := &Controller{
 		client:        cfg.Client,
 		nodeName:      cfg.NodeName,
+		os:            cfg.OperatingSystem,
 		provider:      cfg.Provider,
 		source:        cfg.Source,
 		timer:         cfg.Timer,

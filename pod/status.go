@@ -101,6 +101,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
+	c.recordContainerFailures(p, status)
 	if err := c.writeStatus(ctx, p, status, running); err != nil {
 		return err
 	}

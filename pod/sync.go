@@ -25,7 +25,7 @@ const (
 	ReasonProviderLost   = "ProviderLost"    // the provider lost a pod whose restart policy forbids starting it again
 	ReasonUpdated        = "ProviderUpdated" // the provider accepted a change of an updatable field
 	ReasonKilling        = "Killing"         // the provider was asked to stop the pod (the kubelet's reason)
-	ReasonFailed         = "Failed"          // the pod's spec cannot be resolved (the kubelet's reason)
+	ReasonFailed         = "Failed"          // the pod's spec cannot be resolved, or a container could not be created or started (the kubelet's reason)
 	ReasonFailedMount    = "FailedMount"     // a running pod's volumes cannot be refreshed (the kubelet's reason)
 
 	// ReasonCreateContainerConfigError is the kubelet's waiting reason of containers
@@ -89,6 +89,9 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 	}
 
 	if st.providerUID == "" {
+		if reason, msg, ok := admitOS(p, c.os); !ok {
+			return c.reject(ctx, p, reason, msg)
+		}
 		// A pod the provider does not have still has its deadline, counted
 		// from the start time its first status got (resolveFailed, a failed
 		// CreatePod); it is judged again when the deadline comes.

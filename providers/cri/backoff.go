@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,8 +11,28 @@ import (
 // This file holds the restart policy and the back-offs of sandbox creation,
 // container restarts after a crash, and retries after a failed start.
 
-func shouldRestart(policy corev1.RestartPolicy, exitCode int32) bool {
-	switch policy {
+// shouldRestart reports whether container c of the pod, which exited with
+// exitCode, is to be started again, as the kubelet decides it: by the first of
+// the container's restartPolicyRules that matches the exit code, else by its
+// own restartPolicy, else by the pod's. (Rules count only with a container
+// restartPolicy, which the API requires of them.)
+func shouldRestart(c *corev1.Container, pod *corev1.Pod, exitCode int32) bool {
+	if c.RestartPolicy != nil {
+		for _, rule := range c.RestartPolicyRules {
+			if rule.Action == corev1.ContainerRestartRuleActionRestart && exitCodesMatch(rule.ExitCodes, exitCode) {
+				return true
+			}
+		}
+		switch *c.RestartPolicy {
+		case corev1.ContainerRestartPolicyAlways:
+			return true
+		case corev1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case corev1.ContainerRestartPolicyNever:
+			return false
+		}
+	}
+	switch pod.Spec.RestartPolicy {
 	case corev1.RestartPolicyNever:
 		return false
 	case corev1.RestartPolicyOnFailure:
@@ -19,6 +40,21 @@ func shouldRestart(policy corev1.RestartPolicy, exitCode int32) bool {
 	default:
 		return true
 	}
+}
+
+// exitCodesMatch reports whether a rule's exit codes match code.
+func exitCodesMatch(r *corev1.ContainerRestartRuleOnExitCodes, code int32) bool {
+	if r == nil {
+		return false
+	}
+	in := slices.Contains(r.Values, code)
+	switch r.Operator {
+	case corev1.ContainerRestartRuleOnExitCodesOpIn:
+		return in
+	case corev1.ContainerRestartRuleOnExitCodesOpNotIn:
+		return !in
+	}
+	return false
 }
 
 // nextDelay moves the back-off of key (client-go's flowcontrol, as the kubelet's

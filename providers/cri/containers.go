@@ -28,7 +28,6 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 	for _, c := range ephemeralContainers(pod) {
 		started = p.startEphemeral(ctx, rec, pod, &c, env[c.Name], creds) || started
 	}
-	policy := pod.Spec.RestartPolicy
 	rec.initDone = false
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -51,7 +50,7 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 			if st.cur.ExitCode == 0 && !sidecar {
 				continue
 			}
-			if sidecar || policy != corev1.RestartPolicyNever {
+			if sidecar || shouldRestart(c, pod, st.cur.ExitCode) {
 				started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 			}
 			return started
@@ -78,7 +77,7 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		case st.stale && st.cur.State != runtimeapi.ContainerState_CONTAINER_EXITED:
 			// Created, or never seen stopped, in a sandbox that is gone.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
-		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(policy, st.cur.ExitCode):
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(c, pod, st.cur.ExitCode):
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
 			started = p.startCreatedWithHook(ctx, rec, pod, c, st) || started
@@ -217,6 +216,9 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 			reason = "ErrImageNeverPull"
 		}
 		return fail(reason, err)
+	}
+	if err := p.checkRunAsNonRoot(ctx, pod, c); err != nil {
+		return fail("CreateContainerConfigError", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()

@@ -270,10 +270,10 @@ func restartsAfter(pod *corev1.Pod, c *corev1.Container, exitCode int32) bool {
 	}
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == c.Name {
-			return exitCode != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever
+			return exitCode != 0 && shouldRestart(c, pod, exitCode)
 		}
 	}
-	return shouldRestart(pod.Spec.RestartPolicy, exitCode)
+	return shouldRestart(c, pod, exitCode)
 }
 
 // preStop runs c's preStop hook on its running instance id, until it returns or

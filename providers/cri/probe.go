@@ -68,6 +68,14 @@ func probedContainers(pod *corev1.Pod) []corev1.Container {
 // their results: readiness, startup and, for failed liveness or startup probes, a
 // restart of the container.
 func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+	p.probeContainers(ctx, rec, pod, false)
+}
+
+// probeContainers runs the probes due on the pod's running containers. While the
+// pod terminates only readiness probes run, as on a kubelet: a container stopping
+// goes unready when its probe fails, so that it leaves its Services' endpoints,
+// and is never killed by a liveness or startup probe in its grace period.
+func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *corev1.Pod, terminating bool) {
 	cs := probedContainers(pod)
 	for i := range cs {
 		c := &cs[i]
@@ -80,12 +88,12 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 			st.probes = probeStates{containerID: st.cur.Id, started: c.StartupProbe == nil}
 		}
 		startedAt := time.Unix(0, st.cur.StartedAt)
-		if !st.probes.started {
+		if !st.probes.started && !terminating {
 			ok, done := p.probeOnce(ctx, rec, pod, c, st, c.StartupProbe, &st.probes.startup, startedAt)
 			if done && ok {
 				st.probes.started = true
 			} else if done {
-				p.killForProbe(ctx, rec, pod, c, st, "startup")
+				p.killForProbe(ctx, rec, pod, c, st, c.StartupProbe, "startup")
 				continue
 			}
 		}
@@ -93,9 +101,9 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 			st.probes.ready = false
 			continue
 		}
-		if c.LivenessProbe != nil {
+		if c.LivenessProbe != nil && !terminating {
 			if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.LivenessProbe, &st.probes.liveness, startedAt); done && !ok {
-				p.killForProbe(ctx, rec, pod, c, st, "liveness")
+				p.killForProbe(ctx, rec, pod, c, st, c.LivenessProbe, "liveness")
 				continue
 			}
 		}
@@ -105,6 +113,36 @@ func (p *Provider) runProbes(ctx context.Context, rec *podRecord, pod *corev1.Po
 			st.probes.ready = ok
 		}
 	}
+}
+
+// probeWhileStopping keeps the readiness of a terminating pod current while its
+// containers stop (stopAll calls it every SyncInterval): it reads the pod from
+// the runtime, runs the readiness probes that are due and publishes the
+// status, as the kubelet goes on probing readiness in a pod's grace period.
+// Once none of its containers runs it publishes nothing: the pod controller
+// would take such a status for the end of the pod, which killPod publishes
+// once the sandbox is gone too.
+func (p *Provider) probeWhileStopping(ctx context.Context, rec *podRecord, pod *corev1.Pod) {
+	if err := p.refresh(ctx, rec, pod); err != nil {
+		return
+	}
+	p.probeContainers(ctx, rec, pod, true)
+	if anyRunning(rec, pod) {
+		p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
+	}
+}
+
+// anyRunning reports whether one of the pod's init or app containers runs, as
+// the runtime was last read.
+func anyRunning(rec *podRecord, pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if st := rec.ctrs[c.Name]; st != nil && st.cur != nil && !st.stale && st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // probeOnce runs pr if it is due and reports whether its result crossed a threshold
@@ -135,12 +173,27 @@ func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Po
 	return false, false
 }
 
-// killForProbe stops a container whose liveness or startup probe failed; the pod's
-// restartPolicy then decides whether it restarts.
-func (p *Provider) killForProbe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, which string) {
+// killForProbe stops a container whose liveness or startup probe pr failed; the
+// pod's restartPolicy then decides whether it restarts. The probe's own
+// terminationGracePeriodSeconds, when set, is the grace period of the stop
+// instead of the pod's (unless the pod is being deleted, whose grace period
+// then rules), as on a kubelet.
+func (p *Provider) killForProbe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, pr *corev1.Probe, which string) {
 	p.log.Info("container failed its probe, restarting it", "pod", rec.key, "container", c.Name, "probe", which)
-	p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
+	p.stopContainer(ctx, rec, withProbeGracePeriod(pod, pr), c.Name, st.cur.Id)
 	st.probes.ready = false
+}
+
+// withProbeGracePeriod is pod as a stop for a failed probe pr sees it: with the
+// probe's terminationGracePeriodSeconds as the pod's when the probe sets one and
+// the pod is not being deleted. pod itself is not changed.
+func withProbeGracePeriod(pod *corev1.Pod, pr *corev1.Probe) *corev1.Pod {
+	if pr == nil || pr.TerminationGracePeriodSeconds == nil || pod.DeletionGracePeriodSeconds != nil {
+		return pod
+	}
+	out := *pod
+	out.Spec.TerminationGracePeriodSeconds = pr.TerminationGracePeriodSeconds
+	return &out
 }
 
 // probe runs one check of pr against the container.

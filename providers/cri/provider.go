@@ -361,6 +361,9 @@ func (p *Provider) validate(pod *corev1.Pod) error {
 		// The runtime would give such a pod the node's resolv.conf instead.
 		return errdefs.InvalidInput("cri: pod %s: dnsPolicy None needs a dnsConfig with at least one nameserver", key)
 	}
+	if err := p.forbiddenSysctl(pod); err != nil {
+		return errdefs.InvalidInput("cri: pod %s: %v", key, err)
+	}
 	if !p.cfg.AllowPrivileged {
 		// Ephemeral containers are refused one by one when they are to start, so
 		// that the others and the update of the pod go on (containerConfig).

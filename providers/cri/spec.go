@@ -1,8 +1,10 @@
 package cri
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/providers/providerutil"
@@ -130,6 +133,12 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 		cfg.Linux.SecurityContext.RunAsUser = int64Value(sc.RunAsUser)
 		cfg.Linux.SecurityContext.RunAsGroup = int64Value(sc.RunAsGroup)
 		cfg.Linux.SecurityContext.SupplementalGroups = supplementalGroups(sc)
+		if len(sc.Sysctls) > 0 {
+			cfg.Linux.Sysctls = map[string]string{}
+			for _, sysctl := range sc.Sysctls {
+				cfg.Linux.Sysctls[dottedSysctl(sysctl.Name)] = sysctl.Value
+			}
+		}
 	}
 	for _, c := range allContainers(pod) {
 		// A privileged container needs a privileged sandbox (the runtime refuses
@@ -157,6 +166,67 @@ func (p *Provider) sandboxConfig(pod *corev1.Pod) (cfg *runtimeapi.PodSandboxCon
 	return cfg, warnings, nil
 }
 
+// safeSysctls are the sysctls the kubelet lets any pod set: namespaced, and
+// harmless to the node and its other pods. It allows no other by default, and
+// neither does this provider.
+var safeSysctls = map[string]bool{
+	"kernel.shm_rmid_forced":              true,
+	"net.ipv4.ip_local_port_range":        true,
+	"net.ipv4.tcp_syncookies":             true,
+	"net.ipv4.ping_group_range":           true,
+	"net.ipv4.ip_unprivileged_port_start": true,
+	"net.ipv4.ip_local_reserved_ports":    true,
+	"net.ipv4.tcp_keepalive_time":         true,
+	"net.ipv4.tcp_fin_timeout":            true,
+	"net.ipv4.tcp_keepalive_intvl":        true,
+	"net.ipv4.tcp_keepalive_probes":       true,
+	"net.ipv4.tcp_rmem":                   true,
+	"net.ipv4.tcp_wmem":                   true,
+	"net.ipv4.tcp_slow_start_after_idle":  true,
+	"net.ipv4.tcp_notsent_lowat":          true,
+}
+
+// forbiddenSysctl is why the pod may not set one of its sysctls, in the
+// kubelet's words, or nil: one not safe, or a network one in the node's network
+// namespace, or an IPC one in the node's IPC namespace (they would be the
+// node's).
+func (p *Provider) forbiddenSysctl(pod *corev1.Pod) error {
+	if pod.Spec.SecurityContext == nil {
+		return nil
+	}
+	for _, s := range pod.Spec.SecurityContext.Sysctls {
+		name := dottedSysctl(s.Name)
+		switch {
+		case !safeSysctls[name]:
+			return fmt.Errorf("forbidden sysctl: %q not allowlisted", name)
+		case strings.HasPrefix(name, "net.") && p.hostNetwork(pod):
+			return fmt.Errorf("forbidden sysctl: %q not allowed with host net enabled", name)
+		case strings.HasPrefix(name, "kernel.shm") && pod.Spec.HostIPC:
+			return fmt.Errorf("forbidden sysctl: %q not allowed with host ipc enabled", name)
+		}
+	}
+	return nil
+}
+
+// dottedSysctl is a sysctl's name with dots as separators, as the runtime
+// wants it (runc judges by the dots whether a sysctl is namespaced): the API
+// takes slashes too, as /proc/sys paths, where a dot is part of a name
+// (net/ipv4/conf/eno2.100/rp_filter is net.ipv4.conf.eno2/100.rp_filter).
+func dottedSysctl(name string) string {
+	if i := strings.IndexAny(name, "./"); i < 0 || name[i] == '.' {
+		return name
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/':
+			return '.'
+		}
+		return r
+	}, name)
+}
+
 func int64Value(v *int64) *runtimeapi.Int64Value {
 	if v == nil {
 		return nil
@@ -172,6 +242,7 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 		// added later is refused alone.
 		return nil, fmt.Errorf("container %s is privileged, which this node does not allow", c.Name)
 	}
+	env = withPodIPs(c, env, p.envPodIPs(pod, podIP))
 	mounts, err := p.mounts(pod, c)
 	if err != nil {
 		return nil, err
@@ -223,6 +294,23 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
 	}
 	return cfg, nil
+}
+
+// envPodIPs are the pod's IPs for its containers' environment (withPodIPs):
+// the sandbox's IP, or the node's for a pod in the node's network namespace
+// because of Config.Network. A hostNetwork pod's were resolved with the pod (the
+// node's addresses, as the kubelet gives them): nil.
+func (p *Provider) envPodIPs(pod *corev1.Pod, podIP string) []string {
+	switch {
+	case pod.Spec.HostNetwork:
+		return nil
+	case podIP == "" && p.hostNetwork(pod):
+		podIP = p.hostIPNow()
+	}
+	if podIP == "" {
+		return nil
+	}
+	return []string{podIP}
 }
 
 // resources converts the container's requests and limits as the kubelet does.
@@ -328,4 +416,79 @@ func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.M
 		})
 	}
 	return out, nil
+}
+
+// checkRunAsNonRoot refuses to run container c of the pod as root when its
+// effective securityContext (the container's, else the pod's) says
+// runAsNonRoot, as the kubelet does before it creates a container: the user is
+// the securityContext's runAsUser or else the image's, which the runtime reports
+// as a UID or a name. A name cannot be verified, and is refused too; an image
+// that names no user runs as root.
+func (p *Provider) checkRunAsNonRoot(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
+	nonRoot, user := effectiveUser(pod, c)
+	if !nonRoot {
+		return nil
+	}
+	if user != nil {
+		return nonRootError(pod, c, user, "", true)
+	}
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	st, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: c.Image}})
+	if err != nil {
+		return fmt.Errorf("image %s: %w", c.Image, err)
+	}
+	img := st.GetImage()
+	switch {
+	case img.GetUid() != nil:
+		uid := img.GetUid().GetValue()
+		return nonRootError(pod, c, &uid, "", false)
+	case img.GetUsername() != "":
+		return nonRootError(pod, c, nil, img.GetUsername(), false)
+	}
+	return nonRootError(pod, c, new(int64), "", false)
+}
+
+// effectiveUser is whether c must run as a non-root user, and the user its
+// securityContext sets (nil: the image's): the container's fields, else the
+// pod's.
+func effectiveUser(pod *corev1.Pod, c *corev1.Container) (nonRoot bool, user *int64) {
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		nonRoot = psc.RunAsNonRoot != nil && *psc.RunAsNonRoot
+		user = psc.RunAsUser
+	}
+	if csc := c.SecurityContext; csc != nil {
+		if csc.RunAsNonRoot != nil {
+			nonRoot = *csc.RunAsNonRoot
+		}
+		if csc.RunAsUser != nil {
+			user = csc.RunAsUser
+		}
+	}
+	return nonRoot, user
+}
+
+// nonRootError is why container c, which must run as a non-root user, may not
+// run as uid (or the image's user name), in the kubelet's words; nil if it may.
+// fromSpec: uid is the securityContext's runAsUser, not the image's.
+func nonRootError(pod *corev1.Pod, c *corev1.Container, uid *int64, username string, fromSpec bool) error {
+	who := fmt.Sprintf("(pod: %q, container: %s)", podDesc(pod.Name, pod.Namespace, pod.UID), c.Name)
+	switch {
+	case fromSpec && *uid == 0:
+		return fmt.Errorf("container's runAsUser breaks non-root policy %s", who)
+	case fromSpec:
+		return nil
+	case uid == nil:
+		return fmt.Errorf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root %s", username, who)
+	case *uid == 0:
+		return fmt.Errorf("container has runAsNonRoot and image will run as root %s", who)
+	case *uid < 0 || *uid > math.MaxInt32:
+		return fmt.Errorf("container has runAsNonRoot and image has an invalid user id (%d), not in 1-%d %s", *uid, math.MaxInt32, who)
+	}
+	return nil
+}
+
+// podDesc names a pod as the kubelet's messages do: name_namespace(uid).
+func podDesc(name, namespace string, uid types.UID) string {
+	return fmt.Sprintf("%s_%s(%s)", name, namespace, uid)
 }

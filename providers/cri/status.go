@@ -43,17 +43,27 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 	}
 	initDone := len(pod.Spec.InitContainers) == 0 || rec.initDone
 	initFailed := false
+	// unready are the containers the pod's readiness waits for: its sidecars
+	// (in spec order, first) and its app containers, as the kubelet lists them.
+	var unready []string
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := containerStatus(rec, pod, c, initDone)
+		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 && !isSidecar(c) {
+			// An init container that completed is ready, as the kubelet reports it.
+			cs.Ready = true
+		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !isSidecar(c) {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && !isSidecar(c) && !shouldRestart(c, pod, t.ExitCode) {
 			initFailed = true
+		}
+		if isSidecar(c) && !cs.Ready {
+			unready = append(unready, c.Name)
 		}
 	}
 	s.EphemeralContainerStatuses = ephemeralStatuses(rec, pod)
-	var running, waiting, stopped, succeeded, failed int
-	var unready []string
+	// stoppedFinal: stopped containers that will not start again (shouldRestart).
+	var running, waiting, stopped, stoppedFinal, succeeded, failed int
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(rec, pod, c, initDone)
@@ -71,8 +81,14 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 			} else {
 				failed++
 			}
+			if !shouldRestart(c, pod, cs.State.Terminated.ExitCode) {
+				stoppedFinal++
+			}
 		case cs.LastTerminationState.Terminated != nil:
 			stopped++
+			if !shouldRestart(c, pod, cs.LastTerminationState.Terminated.ExitCode) {
+				stoppedFinal++
+			}
 		default:
 			waiting++
 		}
@@ -97,19 +113,14 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 	case running > 0:
 		s.Phase = corev1.PodRunning
 	case stopped > 0:
-		switch pod.Spec.RestartPolicy {
-		case corev1.RestartPolicyNever:
+		// The pod has ended once none of its containers will start again (the
+		// pod's restartPolicy, or each container's own and its rules).
+		s.Phase = corev1.PodRunning
+		if stoppedFinal == stopped {
 			s.Phase = corev1.PodSucceeded
-			if failed > 0 {
+			if stopped != succeeded {
 				s.Phase = corev1.PodFailed
 			}
-		case corev1.RestartPolicyOnFailure:
-			s.Phase = corev1.PodRunning
-			if stopped == succeeded {
-				s.Phase = corev1.PodSucceeded
-			}
-		default:
-			s.Phase = corev1.PodRunning
 		}
 	}
 	if rec.deadlineExceeded {

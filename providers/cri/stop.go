@@ -149,9 +149,18 @@ func (p *Provider) stopAll(ctx context.Context, rec *podRecord, pod *corev1.Pod,
 		wg.Wait()
 		close(done)
 	}()
+	// Readiness is probed, and the status published, while the containers stop.
+	var probing <-chan time.Time // none without a SyncInterval (tests' Providers)
+	if every := p.cfg.SyncInterval.Duration; every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		probing = t.C
+	}
 	woken := false
 	for {
 		select {
+		case <-probing:
+			p.probeWhileStopping(ctx, rec, pod)
 		case <-done:
 			if woken {
 				rec.wakeUp() // for the next sync, which this one may have delayed

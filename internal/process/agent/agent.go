@@ -169,6 +169,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	podCfg := pod.Config{
 		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers, PodWatch: scope,
+		OperatingSystem:    cfg.OperatingSystem,
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
 		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
