@@ -3,6 +3,8 @@ package remote_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 
@@ -97,8 +99,9 @@ func BenchmarkDeletePod(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := &recordingProvider{Server: remote.NewServer(ctx, m, "mock", nil), old: tc.old}
-			c, err := remote.New(ctx, remote.Config{Endpoint: serveRecordingFor(b, p)}, "bench", nil)
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			p := &recordingProvider{Server: remote.NewServer(ctx, m, "mock", quiet), old: tc.old}
+			c, err := remote.New(ctx, remote.Config{Endpoint: serveRecordingFor(b, p)}, "bench", quiet)
 			if err != nil {
 				b.Fatal(err)
 			}
