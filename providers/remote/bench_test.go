@@ -3,6 +3,8 @@ package remote_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/remote"
@@ -71,6 +74,92 @@ func BenchmarkCreatePod(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := tc.create(ctx, pods[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDeletePod is the protocol's cost per pod delete as the pod controller
+// makes it, the delete and then the status read: through a provider without
+// stop_pod (DeletePod, then GetPodStatus, two round trips) and through one with
+// it (StopPod, one).
+func BenchmarkDeletePod(b *testing.B) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		old  bool
+	}{
+		{"delete-then-status", true},
+		{"stop-pod", false},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m, err := mock.New(mock.Config{}, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			p := &recordingProvider{Server: remote.NewServer(ctx, m, "mock", quiet), old: tc.old}
+			c, err := remote.New(ctx, remote.Config{Endpoint: serveRecordingFor(b, p)}, "bench", quiet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			pods := make([]*provider.ResolvedPod, b.N)
+			for i := range pods {
+				pods[i] = benchPod(int(podSeq.Add(1)))
+				if err := m.CreateResolvedPod(ctx, pods[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				pod := pods[i].Pod
+				if err := c.DeletePod(ctx, pod); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.GetPodStatus(ctx, pod.Namespace, pod.Name); err != nil && !errdefs.IsNotFound(err) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPodNotice is a WatchPods notice of a running pod, encoded by the
+// provider's end and decoded by the agent's: the whole pod, as providers send
+// without status_only, and its identity and status alone.
+func BenchmarkPodNotice(b *testing.B) {
+	m, err := mock.New(mock.Config{}, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := benchPod(0)
+	if err := m.CreateResolvedPod(context.Background(), rp); err != nil {
+		b.Fatal(err)
+	}
+	pod, err := m.GetPod(context.Background(), rp.Pod.Namespace, rp.Pod.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		notice *corev1.Pod
+	}{
+		{"whole-pod", pod},
+		{"status-only", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, Status: pod.Status}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				data, err := tc.notice.Marshal()
+				if err != nil {
+					b.Fatal(err)
+				}
+				got := &corev1.Pod{}
+				if err := got.Unmarshal(data); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -38,6 +38,13 @@ import (
 	pb "github.com/vkubelet/vkubelet/providers/remote/api/v1alpha1"
 )
 
+// flowWindow is the HTTP/2 flow-control window of both ends, per stream and
+// per connection. Set, it turns off gRPC's window estimation, which pings the
+// other end as data arrives (a frame each way, and a wake-up of each process,
+// every few calls under load) to size a window that a provider's connection,
+// a unix socket or a nearby host, does not need to grow beyond this.
+const flowWindow = 1 << 20
+
 // Client is a provider at the other end of a connection.
 type Client struct {
 	cfg  Config
@@ -48,6 +55,9 @@ type Client struct {
 	// capabilities, asked once and again whenever the provider comes back
 	capsV atomic.Pointer[pb.CapabilitiesResponse]
 	enc   pb.Encoding
+	// stopped keeps what StopPod answered, for the GetPodStatus that follows
+	// each delete
+	stopped stopAnswers
 }
 
 // New connects to the provider of cfg and asks for its capabilities, waiting up
@@ -73,7 +83,8 @@ func New(ctx context.Context, cfg Config, nodeName string, log *slog.Logger) (*C
 		target = "passthrough:///" + target
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))},
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow)},
 		providerutil.TraceDialOptions()...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
@@ -152,9 +163,33 @@ func (c *Client) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	return c.UpdateResolvedPod(ctx, &provider.ResolvedPod{Pod: pod})
 }
 
-// DeletePod asks the provider to stop the pod.
+// DeletePod asks the provider to stop the pod. A provider that claims stop_pod
+// answers the pod's status in the same call (StopPod), and the GetPodStatus the
+// pod controller makes right after a delete is answered with it.
 func (c *Client) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	return c.send(ctx, &provider.ResolvedPod{Pod: pod}, c.api.DeletePod)
+	if !c.caps().GetStopPod() {
+		return c.send(ctx, &provider.ResolvedPod{Pod: pod}, c.api.DeletePod)
+	}
+	req, err := podRequest(c.encoding(), &provider.ResolvedPod{Pod: pod})
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.api.StopPod(cctx, req)
+	if err != nil {
+		return fromStatus(err)
+	}
+	switch {
+	case resp.GetGone():
+		c.stopped.keep(pod.Namespace, pod.Name, nil)
+	case len(resp.GetStatus()) > 0:
+		st := &corev1.PodStatus{}
+		if decode(c.encoding(), resp.GetStatus(), st) == nil {
+			c.stopped.keep(pod.Namespace, pod.Name, st)
+		}
+	}
+	return nil
 }
 
 // UpdatePodVolumes sends new volume files, if the provider keeps them current.
@@ -188,8 +223,15 @@ func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Po
 	return pod, decode(c.encoding(), resp.GetPod(), pod)
 }
 
-// GetPodStatus asks the provider for one pod's status.
+// GetPodStatus asks the provider for one pod's status, unless StopPod answered
+// it a moment ago (stopAnswers).
 func (c *Client) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	if st, gone, ok := c.stopped.take(namespace, name); ok {
+		if gone {
+			return nil, errdefs.NotFound("pod %s/%s not found in the remote provider", namespace, name)
+		}
+		return st, nil
+	}
 	ctx, cancel := c.call(ctx)
 	defer cancel()
 	resp, err := c.api.GetPodStatus(ctx, &pb.PodRef{Namespace: namespace, Name: name})
@@ -222,7 +264,10 @@ func (c *Client) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 // NotifyPods delivers the provider's pod changes until ctx ends: from its
 // WatchPods stream, opened again whenever it breaks, or, for a provider that does
 // not notify, from reading every pod each PollInterval (one call) and passing on
-// those whose status changed.
+// those whose status changed. What the pod controller reads of a notified pod
+// is its namespace, name, UID and status, so the stream asks for those alone
+// (status_only): a provider that honours it sends them without the spec, one
+// that does not sends whole pods, and notify is handed what came.
 func (c *Client) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	go func() {
 		for ctx.Err() == nil {
@@ -273,7 +318,7 @@ func (c *Client) awaitCaps(ctx context.Context) {
 func (c *Client) watchPods(ctx context.Context, notify func(*corev1.Pod)) error {
 	ctx, end := context.WithCancel(ctx) // ends the stream on every return
 	defer end()
-	stream, err := c.api.WatchPods(ctx, &pb.WatchPodsRequest{})
+	stream, err := c.api.WatchPods(ctx, &pb.WatchPodsRequest{StatusOnly: true})
 	if err != nil {
 		return fromStatus(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
@@ -65,7 +66,7 @@ type ServeOptions struct {
 
 // Serve serves s on l until ctx ends, then stops, letting calls in flight end.
 func (s *Server) Serve(ctx context.Context, l net.Listener, o ServeOptions) error {
-	opts := providerutil.TraceServerOptions()
+	opts := append(providerutil.TraceServerOptions(), grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow))
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(o.TLS))
 	}
@@ -110,7 +111,7 @@ func (s *Server) Capabilities(context.Context, *pb.CapabilitiesRequest) (*pb.Cap
 	return &pb.CapabilitiesResponse{Encoding: encoding, PodNotifier: notifier, VolumeUpdater: volumes,
 		NodeProvider: node, NodeConfigurer: configurer, Logs: logs, Exec: exec, Attach: attach,
 		PortForward: pf, Stats: stats, Metrics: metrics, EphemeralContainers: provider.RunsEphemeralContainers(s.p),
-		InPlaceResize: provider.ResizesInPlace(s.p), ProviderName: s.name}, nil
+		InPlaceResize: provider.ResizesInPlace(s.p), StopPod: true, ProviderName: s.name}, nil
 }
 
 // withPod decodes the request's pod and hands it to create or update: the
@@ -142,6 +143,31 @@ func (s *Server) UpdatePod(ctx context.Context, req *pb.PodRequest) (*pb.Empty, 
 
 func (s *Server) DeletePod(ctx context.Context, req *pb.PodRequest) (*pb.Empty, error) {
 	return s.withPod(ctx, req, nil, s.p.DeletePod)
+}
+
+// StopPod deletes the pod and answers its status right after, as GetPodStatus
+// would: every provider has both, so Server always serves it.
+func (s *Server) StopPod(ctx context.Context, req *pb.PodRequest) (*pb.StopPodResponse, error) {
+	rp, err := resolvedPod(encoding, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.p.DeletePod(ctx, rp.Pod); err != nil {
+		return nil, toStatus(err)
+	}
+	st, err := s.p.GetPodStatus(ctx, rp.Pod.Namespace, rp.Pod.Name)
+	switch {
+	case errdefs.IsNotFound(err):
+		return &pb.StopPodResponse{Gone: true}, nil
+	case err != nil || st == nil:
+		// The delete was taken; the agent asks for the status itself.
+		return &pb.StopPodResponse{}, nil
+	}
+	data, err := encode(encoding, st)
+	if err != nil {
+		return &pb.StopPodResponse{}, nil
+	}
+	return &pb.StopPodResponse{Status: data}, nil
 }
 
 func (s *Server) UpdatePodVolumes(ctx context.Context, req *pb.PodRequest) (*pb.Empty, error) {
@@ -193,8 +219,9 @@ func (s *Server) ListPods(ctx context.Context, _ *pb.ListPodsRequest) (*pb.ListP
 }
 
 // WatchPods sends every pod first (a client that reconnects may have missed
-// changes), then each change the provider notifies, the newest of a pod only.
-func (s *Server) WatchPods(_ *pb.WatchPodsRequest, stream grpc.ServerStreamingServer[pb.PodResponse]) error {
+// changes), then each change the provider notifies, the newest of a pod only; to
+// a client that asks for statuses only, each pod's identity and status alone.
+func (s *Server) WatchPods(req *pb.WatchPodsRequest, stream grpc.ServerStreamingServer[pb.PodResponse]) error {
 	if _, ok := s.p.(provider.PodNotifier); !ok {
 		return status.Error(codes.Unimplemented, "the provider does not notify pod changes")
 	}
@@ -205,6 +232,9 @@ func (s *Server) WatchPods(_ *pb.WatchPodsRequest, stream grpc.ServerStreamingSe
 		return toStatus(err)
 	}
 	send := func(p *corev1.Pod) error {
+		if req.GetStatusOnly() {
+			p = statusNotice(p)
+		}
 		data, err := encode(encoding, p)
 		if err != nil {
 			return toStatus(err)
@@ -217,6 +247,13 @@ func (s *Server) WatchPods(_ *pb.WatchPodsRequest, stream grpc.ServerStreamingSe
 		}
 	}
 	return w.drain(stream.Context(), send)
+}
+
+// statusNotice is what a client that asked for statuses only reads of a
+// notified pod: its namespace, name, UID and status. Encoding it costs a
+// fraction of the whole pod's encoding, and so does decoding it.
+func statusNotice(p *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID}, Status: p.Status}
 }
 
 func (s *Server) Ping(ctx context.Context, _ *pb.PingRequest) (*pb.Empty, error) {

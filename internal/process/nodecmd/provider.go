@@ -1,11 +1,15 @@
 package nodecmd
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +31,7 @@ func newProviderCommand(providers *registry.Registry) *cobra.Command {
 	var (
 		name, config, node, listen, logLevel string
 		certFile, keyFile, clientCA          string
+		pprofAddr                            string
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -54,6 +59,12 @@ nothing. It stops on SIGINT or SIGTERM.`,
 			if err != nil {
 				return err
 			}
+			if pprofAddr != "" {
+				if err := serveProfiles(ctx, pprofAddr, log); err != nil {
+					l.Close()
+					return err
+				}
+			}
 			log.Info("serving the provider", "provider", name, "node", node, "listen", listen, "tls", creds != nil)
 			srv := remote.NewServer(ctx, p, name, log)
 			return srv.Serve(ctx, l, remote.ServeOptions{TLS: creds})
@@ -68,6 +79,7 @@ nothing. It stops on SIGINT or SIGTERM.`,
 	f.StringVar(&keyFile, "tls-private-key-file", "", "its key")
 	f.StringVar(&clientCA, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&pprofAddr, "pprof-addr", "", "serve the process's profiles (/debug/pprof/) on this loopback host:port, unauthenticated; empty: none")
 	cmd.AddCommand(serve, newConformanceCommand())
 	return cmd
 }
@@ -113,6 +125,37 @@ period. It runs one pod, in namespace vkubelet-conformance, and removes it.`,
 	f.StringSliceVar(&cfg.Command, "command", nil, "command of the test pod (one that keeps running, for providers of real containers)")
 	f.DurationVar(&cfg.Timeout, "timeout", 2*time.Minute, "how long each wait for the provider may take")
 	return cmd
+}
+
+// serveProfiles serves the process's profiles on addr, a loopback address (they
+// are served to whoever connects), until ctx ends: for measuring the provider
+// apart from the node agent, which serves its own on --metrics-addr.
+func serveProfiles(ctx context.Context, addr string, log *slog.Logger) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--pprof-addr %q is not a loopback address: profiles are served without authentication", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("serving profiles", "addr", addr, "error", err)
+		}
+	}()
+	return nil
 }
 
 // providerListener opens the serve address: a unix socket only the user may use,

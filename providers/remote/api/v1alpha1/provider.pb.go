@@ -203,6 +203,9 @@ type CapabilitiesResponse struct {
 	// that resize, and the pod shows PodResizePending, reason Infeasible. Without
 	// it the API server refuses resizes of the provider's running pods.
 	InPlaceResize bool `protobuf:"varint,14,opt,name=in_place_resize,json=inPlaceResize,proto3" json:"in_place_resize,omitempty"`
+	// The provider serves StopPod. Added in v1alpha1 without a version change:
+	// providers before it leave it false and are sent DeletePod.
+	StopPod       bool `protobuf:"varint,15,opt,name=stop_pod,json=stopPod,proto3" json:"stop_pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +334,13 @@ func (x *CapabilitiesResponse) GetEphemeralContainers() bool {
 func (x *CapabilitiesResponse) GetInPlaceResize() bool {
 	if x != nil {
 		return x.InPlaceResize
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetStopPod() bool {
+	if x != nil {
+		return x.StopPod
 	}
 	return false
 }
@@ -823,6 +833,63 @@ func (x *PodStatusResponse) GetStatus() []byte {
 	return nil
 }
 
+type StopPodResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// core/v1 PodStatus, in the negotiated encoding, after the delete; empty when
+	// gone is set or when the provider could not read it (the agent then asks
+	// GetPodStatus).
+	Status []byte `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// The provider no longer has the pod: it stopped at once. A pod the provider
+	// never had is NOT_FOUND, as for DeletePod.
+	Gone          bool `protobuf:"varint,2,opt,name=gone,proto3" json:"gone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopPodResponse) Reset() {
+	*x = StopPodResponse{}
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopPodResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopPodResponse) ProtoMessage() {}
+
+func (x *StopPodResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopPodResponse.ProtoReflect.Descriptor instead.
+func (*StopPodResponse) Descriptor() ([]byte, []int) {
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StopPodResponse) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *StopPodResponse) GetGone() bool {
+	if x != nil {
+		return x.Gone
+	}
+	return false
+}
+
 type ListPodsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -831,7 +898,7 @@ type ListPodsRequest struct {
 
 func (x *ListPodsRequest) Reset() {
 	*x = ListPodsRequest{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[12]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +910,7 @@ func (x *ListPodsRequest) String() string {
 func (*ListPodsRequest) ProtoMessage() {}
 
 func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[12]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +923,7 @@ func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsRequest.ProtoReflect.Descriptor instead.
 func (*ListPodsRequest) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{12}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{13}
 }
 
 type ListPodsResponse struct {
@@ -868,7 +935,7 @@ type ListPodsResponse struct {
 
 func (x *ListPodsResponse) Reset() {
 	*x = ListPodsResponse{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[13]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +947,7 @@ func (x *ListPodsResponse) String() string {
 func (*ListPodsResponse) ProtoMessage() {}
 
 func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[13]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +960,7 @@ func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsResponse.ProtoReflect.Descriptor instead.
 func (*ListPodsResponse) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{13}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListPodsResponse) GetPods() [][]byte {
@@ -904,14 +971,21 @@ func (x *ListPodsResponse) GetPods() [][]byte {
 }
 
 type WatchPodsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent reads of each pod sent only its namespace, name, uid and status:
+	// a provider may then send a Pod with just those (vkubelet's Go server does),
+	// which spares both ends encoding and decoding the spec of every pod at every
+	// change. A provider that ignores it sends whole pods, as before; the agent
+	// reads both. Added in v1alpha1 without a version change: agents before it
+	// send false.
+	StatusOnly    bool `protobuf:"varint,1,opt,name=status_only,json=statusOnly,proto3" json:"status_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchPodsRequest) Reset() {
 	*x = WatchPodsRequest{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[14]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +997,7 @@ func (x *WatchPodsRequest) String() string {
 func (*WatchPodsRequest) ProtoMessage() {}
 
 func (x *WatchPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[14]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1010,14 @@ func (x *WatchPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPodsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPodsRequest) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{14}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WatchPodsRequest) GetStatusOnly() bool {
+	if x != nil {
+		return x.StatusOnly
+	}
+	return false
 }
 
 type PingRequest struct {
@@ -947,7 +1028,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[15]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1040,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[15]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1053,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{15}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{16}
 }
 
 type NodeRequest struct {
@@ -985,7 +1066,7 @@ type NodeRequest struct {
 
 func (x *NodeRequest) Reset() {
 	*x = NodeRequest{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[16]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1078,7 @@ func (x *NodeRequest) String() string {
 func (*NodeRequest) ProtoMessage() {}
 
 func (x *NodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[16]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1091,7 @@ func (x *NodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRequest.ProtoReflect.Descriptor instead.
 func (*NodeRequest) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{16}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeRequest) GetNode() []byte {
@@ -1029,7 +1110,7 @@ type NodeResponse struct {
 
 func (x *NodeResponse) Reset() {
 	*x = NodeResponse{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[17]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1122,7 @@ func (x *NodeResponse) String() string {
 func (*NodeResponse) ProtoMessage() {}
 
 func (x *NodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[17]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1135,7 @@ func (x *NodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResponse.ProtoReflect.Descriptor instead.
 func (*NodeResponse) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{17}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeResponse) GetNode() []byte {
@@ -1072,7 +1153,7 @@ type WatchNodeStatusRequest struct {
 
 func (x *WatchNodeStatusRequest) Reset() {
 	*x = WatchNodeStatusRequest{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[18]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1165,7 @@ func (x *WatchNodeStatusRequest) String() string {
 func (*WatchNodeStatusRequest) ProtoMessage() {}
 
 func (x *WatchNodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[18]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1178,7 @@ func (x *WatchNodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchNodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchNodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{18}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{19}
 }
 
 type LogsRequest struct {
@@ -1120,7 +1201,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[19]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1213,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[19]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1226,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{19}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogsRequest) GetNamespace() string {
@@ -1234,7 +1315,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[20]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1327,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[20]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1340,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{20}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -1286,7 +1367,7 @@ type StreamStart struct {
 
 func (x *StreamStart) Reset() {
 	*x = StreamStart{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[21]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1379,7 @@ func (x *StreamStart) String() string {
 func (*StreamStart) ProtoMessage() {}
 
 func (x *StreamStart) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[21]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1392,7 @@ func (x *StreamStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStart.ProtoReflect.Descriptor instead.
 func (*StreamStart) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{21}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamStart) GetNamespace() string {
@@ -1380,7 +1461,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[22]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1473,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[22]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1486,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{22}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TerminalSize) GetWidth() uint32 {
@@ -1437,7 +1518,7 @@ type StreamInput struct {
 
 func (x *StreamInput) Reset() {
 	*x = StreamInput{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[23]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1530,7 @@ func (x *StreamInput) String() string {
 func (*StreamInput) ProtoMessage() {}
 
 func (x *StreamInput) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[23]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1543,7 @@ func (x *StreamInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamInput.ProtoReflect.Descriptor instead.
 func (*StreamInput) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{23}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StreamInput) GetInput() isStreamInput_Input {
@@ -1551,7 +1632,7 @@ type StreamOutput struct {
 
 func (x *StreamOutput) Reset() {
 	*x = StreamOutput{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[24]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1644,7 @@ func (x *StreamOutput) String() string {
 func (*StreamOutput) ProtoMessage() {}
 
 func (x *StreamOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[24]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1657,7 @@ func (x *StreamOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOutput.ProtoReflect.Descriptor instead.
 func (*StreamOutput) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{24}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StreamOutput) GetOutput() isStreamOutput_Output {
@@ -1649,7 +1730,7 @@ type PortForwardInput struct {
 
 func (x *PortForwardInput) Reset() {
 	*x = PortForwardInput{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[25]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1742,7 @@ func (x *PortForwardInput) String() string {
 func (*PortForwardInput) ProtoMessage() {}
 
 func (x *PortForwardInput) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[25]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1755,7 @@ func (x *PortForwardInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardInput.ProtoReflect.Descriptor instead.
 func (*PortForwardInput) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{25}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PortForwardInput) GetInput() isPortForwardInput_Input {
@@ -1729,7 +1810,7 @@ type PortForwardStart struct {
 
 func (x *PortForwardStart) Reset() {
 	*x = PortForwardStart{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[26]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1822,7 @@ func (x *PortForwardStart) String() string {
 func (*PortForwardStart) ProtoMessage() {}
 
 func (x *PortForwardStart) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[26]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1835,7 @@ func (x *PortForwardStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardStart.ProtoReflect.Descriptor instead.
 func (*PortForwardStart) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{26}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PortForwardStart) GetNamespace() string {
@@ -1787,7 +1868,7 @@ type ObjectResponse struct {
 
 func (x *ObjectResponse) Reset() {
 	*x = ObjectResponse{}
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[27]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1880,7 @@ func (x *ObjectResponse) String() string {
 func (*ObjectResponse) ProtoMessage() {}
 
 func (x *ObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[27]
+	mi := &file_providers_remote_api_v1alpha1_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1893,7 @@ func (x *ObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectResponse.ProtoReflect.Descriptor instead.
 func (*ObjectResponse) Descriptor() ([]byte, []int) {
-	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{27}
+	return file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ObjectResponse) GetObject() []byte {
@@ -1830,7 +1911,7 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\x05Empty\"]\n" +
 	"\x13CapabilitiesRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12\x1b\n" +
-	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"\x83\x04\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"\x9e\x04\n" +
 	"\x14CapabilitiesResponse\x12@\n" +
 	"\bencoding\x18\x01 \x01(\x0e2$.vkubelet.provider.v1alpha1.EncodingR\bencoding\x12!\n" +
 	"\fpod_notifier\x18\x02 \x01(\bR\vpodNotifier\x12%\n" +
@@ -1846,7 +1927,8 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\ametrics\x18\v \x01(\bR\ametrics\x12#\n" +
 	"\rprovider_name\x18\f \x01(\tR\fproviderName\x121\n" +
 	"\x14ephemeral_containers\x18\r \x01(\bR\x13ephemeralContainers\x12&\n" +
-	"\x0fin_place_resize\x18\x0e \x01(\bR\rinPlaceResize\":\n" +
+	"\x0fin_place_resize\x18\x0e \x01(\bR\rinPlaceResize\x12\x19\n" +
+	"\bstop_pod\x18\x0f \x01(\bR\astopPod\":\n" +
 	"\x06PodRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xd0\x03\n" +
@@ -1883,11 +1965,16 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\vPodResponse\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\fR\x03pod\"+\n" +
 	"\x11PodStatusResponse\x12\x16\n" +
-	"\x06status\x18\x01 \x01(\fR\x06status\"\x11\n" +
+	"\x06status\x18\x01 \x01(\fR\x06status\"=\n" +
+	"\x0fStopPodResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\fR\x06status\x12\x12\n" +
+	"\x04gone\x18\x02 \x01(\bR\x04gone\"\x11\n" +
 	"\x0fListPodsRequest\"&\n" +
 	"\x10ListPodsResponse\x12\x12\n" +
-	"\x04pods\x18\x01 \x03(\fR\x04pods\"\x12\n" +
-	"\x10WatchPodsRequest\"\r\n" +
+	"\x04pods\x18\x01 \x03(\fR\x04pods\"3\n" +
+	"\x10WatchPodsRequest\x12\x1f\n" +
+	"\vstatus_only\x18\x01 \x01(\bR\n" +
+	"statusOnly\"\r\n" +
 	"\vPingRequest\"!\n" +
 	"\vNodeRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\fR\x04node\"\"\n" +
@@ -1949,12 +2036,13 @@ const file_providers_remote_api_v1alpha1_provider_proto_rawDesc = "" +
 	"\bEncoding\x12\x18\n" +
 	"\x14ENCODING_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rENCODING_JSON\x10\x01\x12\x15\n" +
-	"\x11ENCODING_PROTOBUF\x10\x022\xda\r\n" +
+	"\x11ENCODING_PROTOBUF\x10\x022\xba\x0e\n" +
 	"\bProvider\x12q\n" +
 	"\fCapabilities\x12/.vkubelet.provider.v1alpha1.CapabilitiesRequest\x1a0.vkubelet.provider.v1alpha1.CapabilitiesResponse\x12V\n" +
 	"\tCreatePod\x12&.vkubelet.provider.v1alpha1.PodRequest\x1a!.vkubelet.provider.v1alpha1.Empty\x12V\n" +
 	"\tUpdatePod\x12&.vkubelet.provider.v1alpha1.PodRequest\x1a!.vkubelet.provider.v1alpha1.Empty\x12V\n" +
-	"\tDeletePod\x12&.vkubelet.provider.v1alpha1.PodRequest\x1a!.vkubelet.provider.v1alpha1.Empty\x12U\n" +
+	"\tDeletePod\x12&.vkubelet.provider.v1alpha1.PodRequest\x1a!.vkubelet.provider.v1alpha1.Empty\x12^\n" +
+	"\aStopPod\x12&.vkubelet.provider.v1alpha1.PodRequest\x1a+.vkubelet.provider.v1alpha1.StopPodResponse\x12U\n" +
 	"\x06GetPod\x12\".vkubelet.provider.v1alpha1.PodRef\x1a'.vkubelet.provider.v1alpha1.PodResponse\x12a\n" +
 	"\fGetPodStatus\x12\".vkubelet.provider.v1alpha1.PodRef\x1a-.vkubelet.provider.v1alpha1.PodStatusResponse\x12e\n" +
 	"\bListPods\x12+.vkubelet.provider.v1alpha1.ListPodsRequest\x1a,.vkubelet.provider.v1alpha1.ListPodsResponse\x12d\n" +
@@ -1983,7 +2071,7 @@ func file_providers_remote_api_v1alpha1_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_providers_remote_api_v1alpha1_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_providers_remote_api_v1alpha1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_providers_remote_api_v1alpha1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_providers_remote_api_v1alpha1_provider_proto_goTypes = []any{
 	(Encoding)(0),                  // 0: vkubelet.provider.v1alpha1.Encoding
 	(*Empty)(nil),                  // 1: vkubelet.provider.v1alpha1.Empty
@@ -1998,75 +2086,78 @@ var file_providers_remote_api_v1alpha1_provider_proto_goTypes = []any{
 	(*RegistryCredential)(nil),     // 10: vkubelet.provider.v1alpha1.RegistryCredential
 	(*PodResponse)(nil),            // 11: vkubelet.provider.v1alpha1.PodResponse
 	(*PodStatusResponse)(nil),      // 12: vkubelet.provider.v1alpha1.PodStatusResponse
-	(*ListPodsRequest)(nil),        // 13: vkubelet.provider.v1alpha1.ListPodsRequest
-	(*ListPodsResponse)(nil),       // 14: vkubelet.provider.v1alpha1.ListPodsResponse
-	(*WatchPodsRequest)(nil),       // 15: vkubelet.provider.v1alpha1.WatchPodsRequest
-	(*PingRequest)(nil),            // 16: vkubelet.provider.v1alpha1.PingRequest
-	(*NodeRequest)(nil),            // 17: vkubelet.provider.v1alpha1.NodeRequest
-	(*NodeResponse)(nil),           // 18: vkubelet.provider.v1alpha1.NodeResponse
-	(*WatchNodeStatusRequest)(nil), // 19: vkubelet.provider.v1alpha1.WatchNodeStatusRequest
-	(*LogsRequest)(nil),            // 20: vkubelet.provider.v1alpha1.LogsRequest
-	(*Chunk)(nil),                  // 21: vkubelet.provider.v1alpha1.Chunk
-	(*StreamStart)(nil),            // 22: vkubelet.provider.v1alpha1.StreamStart
-	(*TerminalSize)(nil),           // 23: vkubelet.provider.v1alpha1.TerminalSize
-	(*StreamInput)(nil),            // 24: vkubelet.provider.v1alpha1.StreamInput
-	(*StreamOutput)(nil),           // 25: vkubelet.provider.v1alpha1.StreamOutput
-	(*PortForwardInput)(nil),       // 26: vkubelet.provider.v1alpha1.PortForwardInput
-	(*PortForwardStart)(nil),       // 27: vkubelet.provider.v1alpha1.PortForwardStart
-	(*ObjectResponse)(nil),         // 28: vkubelet.provider.v1alpha1.ObjectResponse
-	nil,                            // 29: vkubelet.provider.v1alpha1.PodRequest.EnvEntry
-	nil,                            // 30: vkubelet.provider.v1alpha1.PodRequest.VolumesEntry
+	(*StopPodResponse)(nil),        // 13: vkubelet.provider.v1alpha1.StopPodResponse
+	(*ListPodsRequest)(nil),        // 14: vkubelet.provider.v1alpha1.ListPodsRequest
+	(*ListPodsResponse)(nil),       // 15: vkubelet.provider.v1alpha1.ListPodsResponse
+	(*WatchPodsRequest)(nil),       // 16: vkubelet.provider.v1alpha1.WatchPodsRequest
+	(*PingRequest)(nil),            // 17: vkubelet.provider.v1alpha1.PingRequest
+	(*NodeRequest)(nil),            // 18: vkubelet.provider.v1alpha1.NodeRequest
+	(*NodeResponse)(nil),           // 19: vkubelet.provider.v1alpha1.NodeResponse
+	(*WatchNodeStatusRequest)(nil), // 20: vkubelet.provider.v1alpha1.WatchNodeStatusRequest
+	(*LogsRequest)(nil),            // 21: vkubelet.provider.v1alpha1.LogsRequest
+	(*Chunk)(nil),                  // 22: vkubelet.provider.v1alpha1.Chunk
+	(*StreamStart)(nil),            // 23: vkubelet.provider.v1alpha1.StreamStart
+	(*TerminalSize)(nil),           // 24: vkubelet.provider.v1alpha1.TerminalSize
+	(*StreamInput)(nil),            // 25: vkubelet.provider.v1alpha1.StreamInput
+	(*StreamOutput)(nil),           // 26: vkubelet.provider.v1alpha1.StreamOutput
+	(*PortForwardInput)(nil),       // 27: vkubelet.provider.v1alpha1.PortForwardInput
+	(*PortForwardStart)(nil),       // 28: vkubelet.provider.v1alpha1.PortForwardStart
+	(*ObjectResponse)(nil),         // 29: vkubelet.provider.v1alpha1.ObjectResponse
+	nil,                            // 30: vkubelet.provider.v1alpha1.PodRequest.EnvEntry
+	nil,                            // 31: vkubelet.provider.v1alpha1.PodRequest.VolumesEntry
 }
 var file_providers_remote_api_v1alpha1_provider_proto_depIdxs = []int32{
 	0,  // 0: vkubelet.provider.v1alpha1.CapabilitiesResponse.encoding:type_name -> vkubelet.provider.v1alpha1.Encoding
-	29, // 1: vkubelet.provider.v1alpha1.PodRequest.env:type_name -> vkubelet.provider.v1alpha1.PodRequest.EnvEntry
-	30, // 2: vkubelet.provider.v1alpha1.PodRequest.volumes:type_name -> vkubelet.provider.v1alpha1.PodRequest.VolumesEntry
+	30, // 1: vkubelet.provider.v1alpha1.PodRequest.env:type_name -> vkubelet.provider.v1alpha1.PodRequest.EnvEntry
+	31, // 2: vkubelet.provider.v1alpha1.PodRequest.volumes:type_name -> vkubelet.provider.v1alpha1.PodRequest.VolumesEntry
 	10, // 3: vkubelet.provider.v1alpha1.PodRequest.pull_credentials:type_name -> vkubelet.provider.v1alpha1.RegistryCredential
 	7,  // 4: vkubelet.provider.v1alpha1.EnvList.vars:type_name -> vkubelet.provider.v1alpha1.EnvVar
 	9,  // 5: vkubelet.provider.v1alpha1.VolumeContents.files:type_name -> vkubelet.provider.v1alpha1.VolumeFile
-	22, // 6: vkubelet.provider.v1alpha1.StreamInput.start:type_name -> vkubelet.provider.v1alpha1.StreamStart
-	23, // 7: vkubelet.provider.v1alpha1.StreamInput.resize:type_name -> vkubelet.provider.v1alpha1.TerminalSize
-	27, // 8: vkubelet.provider.v1alpha1.PortForwardInput.start:type_name -> vkubelet.provider.v1alpha1.PortForwardStart
+	23, // 6: vkubelet.provider.v1alpha1.StreamInput.start:type_name -> vkubelet.provider.v1alpha1.StreamStart
+	24, // 7: vkubelet.provider.v1alpha1.StreamInput.resize:type_name -> vkubelet.provider.v1alpha1.TerminalSize
+	28, // 8: vkubelet.provider.v1alpha1.PortForwardInput.start:type_name -> vkubelet.provider.v1alpha1.PortForwardStart
 	6,  // 9: vkubelet.provider.v1alpha1.PodRequest.EnvEntry.value:type_name -> vkubelet.provider.v1alpha1.EnvList
 	8,  // 10: vkubelet.provider.v1alpha1.PodRequest.VolumesEntry.value:type_name -> vkubelet.provider.v1alpha1.VolumeContents
 	2,  // 11: vkubelet.provider.v1alpha1.Provider.Capabilities:input_type -> vkubelet.provider.v1alpha1.CapabilitiesRequest
 	5,  // 12: vkubelet.provider.v1alpha1.Provider.CreatePod:input_type -> vkubelet.provider.v1alpha1.PodRequest
 	5,  // 13: vkubelet.provider.v1alpha1.Provider.UpdatePod:input_type -> vkubelet.provider.v1alpha1.PodRequest
 	5,  // 14: vkubelet.provider.v1alpha1.Provider.DeletePod:input_type -> vkubelet.provider.v1alpha1.PodRequest
-	4,  // 15: vkubelet.provider.v1alpha1.Provider.GetPod:input_type -> vkubelet.provider.v1alpha1.PodRef
-	4,  // 16: vkubelet.provider.v1alpha1.Provider.GetPodStatus:input_type -> vkubelet.provider.v1alpha1.PodRef
-	13, // 17: vkubelet.provider.v1alpha1.Provider.ListPods:input_type -> vkubelet.provider.v1alpha1.ListPodsRequest
-	15, // 18: vkubelet.provider.v1alpha1.Provider.WatchPods:input_type -> vkubelet.provider.v1alpha1.WatchPodsRequest
-	5,  // 19: vkubelet.provider.v1alpha1.Provider.UpdatePodVolumes:input_type -> vkubelet.provider.v1alpha1.PodRequest
-	16, // 20: vkubelet.provider.v1alpha1.Provider.Ping:input_type -> vkubelet.provider.v1alpha1.PingRequest
-	17, // 21: vkubelet.provider.v1alpha1.Provider.ConfigureNode:input_type -> vkubelet.provider.v1alpha1.NodeRequest
-	19, // 22: vkubelet.provider.v1alpha1.Provider.WatchNodeStatus:input_type -> vkubelet.provider.v1alpha1.WatchNodeStatusRequest
-	20, // 23: vkubelet.provider.v1alpha1.Provider.GetContainerLogs:input_type -> vkubelet.provider.v1alpha1.LogsRequest
-	24, // 24: vkubelet.provider.v1alpha1.Provider.Exec:input_type -> vkubelet.provider.v1alpha1.StreamInput
-	24, // 25: vkubelet.provider.v1alpha1.Provider.Attach:input_type -> vkubelet.provider.v1alpha1.StreamInput
-	26, // 26: vkubelet.provider.v1alpha1.Provider.PortForward:input_type -> vkubelet.provider.v1alpha1.PortForwardInput
-	1,  // 27: vkubelet.provider.v1alpha1.Provider.GetStatsSummary:input_type -> vkubelet.provider.v1alpha1.Empty
-	1,  // 28: vkubelet.provider.v1alpha1.Provider.GetMetricsResource:input_type -> vkubelet.provider.v1alpha1.Empty
-	3,  // 29: vkubelet.provider.v1alpha1.Provider.Capabilities:output_type -> vkubelet.provider.v1alpha1.CapabilitiesResponse
-	1,  // 30: vkubelet.provider.v1alpha1.Provider.CreatePod:output_type -> vkubelet.provider.v1alpha1.Empty
-	1,  // 31: vkubelet.provider.v1alpha1.Provider.UpdatePod:output_type -> vkubelet.provider.v1alpha1.Empty
-	1,  // 32: vkubelet.provider.v1alpha1.Provider.DeletePod:output_type -> vkubelet.provider.v1alpha1.Empty
-	11, // 33: vkubelet.provider.v1alpha1.Provider.GetPod:output_type -> vkubelet.provider.v1alpha1.PodResponse
-	12, // 34: vkubelet.provider.v1alpha1.Provider.GetPodStatus:output_type -> vkubelet.provider.v1alpha1.PodStatusResponse
-	14, // 35: vkubelet.provider.v1alpha1.Provider.ListPods:output_type -> vkubelet.provider.v1alpha1.ListPodsResponse
-	11, // 36: vkubelet.provider.v1alpha1.Provider.WatchPods:output_type -> vkubelet.provider.v1alpha1.PodResponse
-	1,  // 37: vkubelet.provider.v1alpha1.Provider.UpdatePodVolumes:output_type -> vkubelet.provider.v1alpha1.Empty
-	1,  // 38: vkubelet.provider.v1alpha1.Provider.Ping:output_type -> vkubelet.provider.v1alpha1.Empty
-	18, // 39: vkubelet.provider.v1alpha1.Provider.ConfigureNode:output_type -> vkubelet.provider.v1alpha1.NodeResponse
-	18, // 40: vkubelet.provider.v1alpha1.Provider.WatchNodeStatus:output_type -> vkubelet.provider.v1alpha1.NodeResponse
-	21, // 41: vkubelet.provider.v1alpha1.Provider.GetContainerLogs:output_type -> vkubelet.provider.v1alpha1.Chunk
-	25, // 42: vkubelet.provider.v1alpha1.Provider.Exec:output_type -> vkubelet.provider.v1alpha1.StreamOutput
-	25, // 43: vkubelet.provider.v1alpha1.Provider.Attach:output_type -> vkubelet.provider.v1alpha1.StreamOutput
-	21, // 44: vkubelet.provider.v1alpha1.Provider.PortForward:output_type -> vkubelet.provider.v1alpha1.Chunk
-	28, // 45: vkubelet.provider.v1alpha1.Provider.GetStatsSummary:output_type -> vkubelet.provider.v1alpha1.ObjectResponse
-	21, // 46: vkubelet.provider.v1alpha1.Provider.GetMetricsResource:output_type -> vkubelet.provider.v1alpha1.Chunk
-	29, // [29:47] is the sub-list for method output_type
-	11, // [11:29] is the sub-list for method input_type
+	5,  // 15: vkubelet.provider.v1alpha1.Provider.StopPod:input_type -> vkubelet.provider.v1alpha1.PodRequest
+	4,  // 16: vkubelet.provider.v1alpha1.Provider.GetPod:input_type -> vkubelet.provider.v1alpha1.PodRef
+	4,  // 17: vkubelet.provider.v1alpha1.Provider.GetPodStatus:input_type -> vkubelet.provider.v1alpha1.PodRef
+	14, // 18: vkubelet.provider.v1alpha1.Provider.ListPods:input_type -> vkubelet.provider.v1alpha1.ListPodsRequest
+	16, // 19: vkubelet.provider.v1alpha1.Provider.WatchPods:input_type -> vkubelet.provider.v1alpha1.WatchPodsRequest
+	5,  // 20: vkubelet.provider.v1alpha1.Provider.UpdatePodVolumes:input_type -> vkubelet.provider.v1alpha1.PodRequest
+	17, // 21: vkubelet.provider.v1alpha1.Provider.Ping:input_type -> vkubelet.provider.v1alpha1.PingRequest
+	18, // 22: vkubelet.provider.v1alpha1.Provider.ConfigureNode:input_type -> vkubelet.provider.v1alpha1.NodeRequest
+	20, // 23: vkubelet.provider.v1alpha1.Provider.WatchNodeStatus:input_type -> vkubelet.provider.v1alpha1.WatchNodeStatusRequest
+	21, // 24: vkubelet.provider.v1alpha1.Provider.GetContainerLogs:input_type -> vkubelet.provider.v1alpha1.LogsRequest
+	25, // 25: vkubelet.provider.v1alpha1.Provider.Exec:input_type -> vkubelet.provider.v1alpha1.StreamInput
+	25, // 26: vkubelet.provider.v1alpha1.Provider.Attach:input_type -> vkubelet.provider.v1alpha1.StreamInput
+	27, // 27: vkubelet.provider.v1alpha1.Provider.PortForward:input_type -> vkubelet.provider.v1alpha1.PortForwardInput
+	1,  // 28: vkubelet.provider.v1alpha1.Provider.GetStatsSummary:input_type -> vkubelet.provider.v1alpha1.Empty
+	1,  // 29: vkubelet.provider.v1alpha1.Provider.GetMetricsResource:input_type -> vkubelet.provider.v1alpha1.Empty
+	3,  // 30: vkubelet.provider.v1alpha1.Provider.Capabilities:output_type -> vkubelet.provider.v1alpha1.CapabilitiesResponse
+	1,  // 31: vkubelet.provider.v1alpha1.Provider.CreatePod:output_type -> vkubelet.provider.v1alpha1.Empty
+	1,  // 32: vkubelet.provider.v1alpha1.Provider.UpdatePod:output_type -> vkubelet.provider.v1alpha1.Empty
+	1,  // 33: vkubelet.provider.v1alpha1.Provider.DeletePod:output_type -> vkubelet.provider.v1alpha1.Empty
+	13, // 34: vkubelet.provider.v1alpha1.Provider.StopPod:output_type -> vkubelet.provider.v1alpha1.StopPodResponse
+	11, // 35: vkubelet.provider.v1alpha1.Provider.GetPod:output_type -> vkubelet.provider.v1alpha1.PodResponse
+	12, // 36: vkubelet.provider.v1alpha1.Provider.GetPodStatus:output_type -> vkubelet.provider.v1alpha1.PodStatusResponse
+	15, // 37: vkubelet.provider.v1alpha1.Provider.ListPods:output_type -> vkubelet.provider.v1alpha1.ListPodsResponse
+	11, // 38: vkubelet.provider.v1alpha1.Provider.WatchPods:output_type -> vkubelet.provider.v1alpha1.PodResponse
+	1,  // 39: vkubelet.provider.v1alpha1.Provider.UpdatePodVolumes:output_type -> vkubelet.provider.v1alpha1.Empty
+	1,  // 40: vkubelet.provider.v1alpha1.Provider.Ping:output_type -> vkubelet.provider.v1alpha1.Empty
+	19, // 41: vkubelet.provider.v1alpha1.Provider.ConfigureNode:output_type -> vkubelet.provider.v1alpha1.NodeResponse
+	19, // 42: vkubelet.provider.v1alpha1.Provider.WatchNodeStatus:output_type -> vkubelet.provider.v1alpha1.NodeResponse
+	22, // 43: vkubelet.provider.v1alpha1.Provider.GetContainerLogs:output_type -> vkubelet.provider.v1alpha1.Chunk
+	26, // 44: vkubelet.provider.v1alpha1.Provider.Exec:output_type -> vkubelet.provider.v1alpha1.StreamOutput
+	26, // 45: vkubelet.provider.v1alpha1.Provider.Attach:output_type -> vkubelet.provider.v1alpha1.StreamOutput
+	22, // 46: vkubelet.provider.v1alpha1.Provider.PortForward:output_type -> vkubelet.provider.v1alpha1.Chunk
+	29, // 47: vkubelet.provider.v1alpha1.Provider.GetStatsSummary:output_type -> vkubelet.provider.v1alpha1.ObjectResponse
+	22, // 48: vkubelet.provider.v1alpha1.Provider.GetMetricsResource:output_type -> vkubelet.provider.v1alpha1.Chunk
+	30, // [30:49] is the sub-list for method output_type
+	11, // [11:30] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -2077,18 +2168,18 @@ func file_providers_remote_api_v1alpha1_provider_proto_init() {
 	if File_providers_remote_api_v1alpha1_provider_proto != nil {
 		return
 	}
-	file_providers_remote_api_v1alpha1_provider_proto_msgTypes[23].OneofWrappers = []any{
+	file_providers_remote_api_v1alpha1_provider_proto_msgTypes[24].OneofWrappers = []any{
 		(*StreamInput_Start)(nil),
 		(*StreamInput_Stdin)(nil),
 		(*StreamInput_StdinClosed)(nil),
 		(*StreamInput_Resize)(nil),
 	}
-	file_providers_remote_api_v1alpha1_provider_proto_msgTypes[24].OneofWrappers = []any{
+	file_providers_remote_api_v1alpha1_provider_proto_msgTypes[25].OneofWrappers = []any{
 		(*StreamOutput_Stdout)(nil),
 		(*StreamOutput_Stderr)(nil),
 		(*StreamOutput_ExitCode)(nil),
 	}
-	file_providers_remote_api_v1alpha1_provider_proto_msgTypes[25].OneofWrappers = []any{
+	file_providers_remote_api_v1alpha1_provider_proto_msgTypes[26].OneofWrappers = []any{
 		(*PortForwardInput_Start)(nil),
 		(*PortForwardInput_Data)(nil),
 	}
@@ -2098,7 +2189,7 @@ func file_providers_remote_api_v1alpha1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_providers_remote_api_v1alpha1_provider_proto_rawDesc), len(file_providers_remote_api_v1alpha1_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	Provider_CreatePod_FullMethodName          = "/vkubelet.provider.v1alpha1.Provider/CreatePod"
 	Provider_UpdatePod_FullMethodName          = "/vkubelet.provider.v1alpha1.Provider/UpdatePod"
 	Provider_DeletePod_FullMethodName          = "/vkubelet.provider.v1alpha1.Provider/DeletePod"
+	Provider_StopPod_FullMethodName            = "/vkubelet.provider.v1alpha1.Provider/StopPod"
 	Provider_GetPod_FullMethodName             = "/vkubelet.provider.v1alpha1.Provider/GetPod"
 	Provider_GetPodStatus_FullMethodName       = "/vkubelet.provider.v1alpha1.Provider/GetPodStatus"
 	Provider_ListPods_FullMethodName           = "/vkubelet.provider.v1alpha1.Provider/ListPods"
@@ -62,6 +63,11 @@ type ProviderClient interface {
 	CreatePod(ctx context.Context, in *PodRequest, opts ...grpc.CallOption) (*Empty, error)
 	UpdatePod(ctx context.Context, in *PodRequest, opts ...grpc.CallOption) (*Empty, error)
 	DeletePod(ctx context.Context, in *PodRequest, opts ...grpc.CallOption) (*Empty, error)
+	// StopPod is DeletePod answering, in the same call, the pod's status once the
+	// provider has taken the delete: the agent reads that status right after every
+	// delete, and this spares it a GetPodStatus round trip. Claimed with stop_pod
+	// in Capabilities; the agent calls DeletePod and GetPodStatus otherwise.
+	StopPod(ctx context.Context, in *PodRequest, opts ...grpc.CallOption) (*StopPodResponse, error)
 	GetPod(ctx context.Context, in *PodRef, opts ...grpc.CallOption) (*PodResponse, error)
 	GetPodStatus(ctx context.Context, in *PodRef, opts ...grpc.CallOption) (*PodStatusResponse, error)
 	ListPods(ctx context.Context, in *ListPodsRequest, opts ...grpc.CallOption) (*ListPodsResponse, error)
@@ -130,6 +136,16 @@ func (c *providerClient) DeletePod(ctx context.Context, in *PodRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
 	err := c.cc.Invoke(ctx, Provider_DeletePod_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *providerClient) StopPod(ctx context.Context, in *PodRequest, opts ...grpc.CallOption) (*StopPodResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopPodResponse)
+	err := c.cc.Invoke(ctx, Provider_StopPod_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -324,6 +340,11 @@ type ProviderServer interface {
 	CreatePod(context.Context, *PodRequest) (*Empty, error)
 	UpdatePod(context.Context, *PodRequest) (*Empty, error)
 	DeletePod(context.Context, *PodRequest) (*Empty, error)
+	// StopPod is DeletePod answering, in the same call, the pod's status once the
+	// provider has taken the delete: the agent reads that status right after every
+	// delete, and this spares it a GetPodStatus round trip. Claimed with stop_pod
+	// in Capabilities; the agent calls DeletePod and GetPodStatus otherwise.
+	StopPod(context.Context, *PodRequest) (*StopPodResponse, error)
 	GetPod(context.Context, *PodRef) (*PodResponse, error)
 	GetPodStatus(context.Context, *PodRef) (*PodStatusResponse, error)
 	ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error)
@@ -369,6 +390,9 @@ func (UnimplementedProviderServer) UpdatePod(context.Context, *PodRequest) (*Emp
 }
 func (UnimplementedProviderServer) DeletePod(context.Context, *PodRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeletePod not implemented")
+}
+func (UnimplementedProviderServer) StopPod(context.Context, *PodRequest) (*StopPodResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopPod not implemented")
 }
 func (UnimplementedProviderServer) GetPod(context.Context, *PodRef) (*PodResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPod not implemented")
@@ -501,6 +525,24 @@ func _Provider_DeletePod_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ProviderServer).DeletePod(ctx, req.(*PodRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Provider_StopPod_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PodRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).StopPod(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_StopPod_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).StopPod(ctx, req.(*PodRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -725,6 +767,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeletePod",
 			Handler:    _Provider_DeletePod_Handler,
+		},
+		{
+			MethodName: "StopPod",
+			Handler:    _Provider_StopPod_Handler,
 		},
 		{
 			MethodName: "GetPod",
