@@ -123,6 +123,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "bench: run %d of %d\n", i+1, runs)
 				}
 				cfg.UpstreamFirst = i%2 == 1
+				cfg.RemoteFirst = i%2 == 1
 				r, err := onControlPlane(ctx, cmd, cfg, kubeconfig, bench.Run)
 				if err != nil {
 					return err
