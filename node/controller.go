@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -71,8 +70,9 @@ type Controller struct {
 	written writtenResources
 	// nodeUID is the UID of the Node as we last saw it: the lease's owner.
 	nodeUID types.UID
-	// lease is the lease as we last wrote it; nil means "read it first".
-	lease *coordinationv1.Lease
+	// lease is the lease as we last wrote it, protobuf-encoded (keepLease,
+	// leaseCopy); nil means "read it first".
+	lease []byte
 	// healthy is whether the last provider Ping succeeded. While it is false, the
 	// controller writes nothing, so the node-lifecycle controller marks the node
 	// Unknown; writes owed meanwhile are recorded in statusDirty.
