@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -71,8 +70,9 @@ type Controller struct {
 	written writtenResources
 	// nodeUID is the UID of the Node as we last saw it: the lease's owner.
 	nodeUID types.UID
-	// lease is the lease as we last wrote it; nil means "read it first".
-	lease *coordinationv1.Lease
+	// lease is the lease as we last wrote it, protobuf-encoded (keepLease,
+	// leaseCopy); nil means "read it first".
+	lease []byte
 	// healthy is whether the last provider Ping succeeded. While it is false, the
 	// controller writes nothing, so the node-lifecycle controller marks the node
 	// Unknown; writes owed meanwhile are recorded in statusDirty.
@@ -116,8 +116,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("node %s: controller is already running", c.cfg.NodeName)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// The informer on our Node tells us when it is deleted, replaced or marked
 	// not Ready by someone else; everything else we read with a Get right before
 	// writing.
@@ -143,9 +141,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		synced = w.informer.HasSynced
 	} else {
 		// It retries promptly while the API server is away (internal/informerutil).
+		// Its own context (a shared Watch needs none: a NodeSet's nodes do
+		// without one each), ended before Shutdown waits for the informer.
+		informerCtx, stopInformer := context.WithCancel(ctx)
 		factory := informers.NewSharedInformerFactory(c.client, 0)
 		defer func() {
-			cancel()
+			stopInformer()
 			factory.Shutdown() // waits for the informer to stop
 		}()
 		informer := factory.InformerFor(&corev1.Node{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
@@ -159,7 +160,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if _, err := informer.AddEventHandler(events); err != nil {
 			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 		}
-		factory.Start(ctx.Done())
+		factory.Start(informerCtx.Done())
 		synced = informer.HasSynced
 	}
 

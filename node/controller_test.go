@@ -708,3 +708,38 @@ func TestLeaseCurrentFollowsRenewals(t *testing.T) {
 		t.Fatalf("renewed again: %v", err)
 	}
 }
+
+func TestTheLeaseIsRenewedFromTheKeptCopy(t *testing.T) {
+	theirs := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Name: testNode, Namespace: corev1.NamespaceNodeLease, ResourceVersion: "7",
+		Labels:        map[string]string{"set-by": "someone-else"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "someone-else", Operation: metav1.ManagedFieldsOperationUpdate}},
+	}}
+	f := newFixture(t, theirs)
+	c := f.newController()
+	ctx := context.Background()
+	if err := c.writeNode(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	c.heartbeat(ctx)
+	f.expectActions("get leases", "update leases")
+
+	f.client.ClearActions()
+	f.clock.Step(10 * time.Second)
+	c.heartbeat(ctx)
+	actions := f.expectActions("update leases") // no read: the kept copy is the base
+	got := actions[0].(core.UpdateAction).GetObject().(*coordinationv1.Lease)
+	if got.Labels["set-by"] != "someone-else" {
+		t.Errorf("renewal dropped the lease's labels: %v", got.Labels)
+	}
+	if len(got.ManagedFields) != 0 {
+		t.Errorf("renewal carries managed fields: %v", got.ManagedFields)
+	}
+	if got.Spec.RenewTime == nil || !got.Spec.RenewTime.Time.Equal(t0.Add(10*time.Second)) {
+		t.Errorf("renewal's renewTime %v, want %s", got.Spec.RenewTime, t0.Add(10*time.Second))
+	}
+	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "uid-1" {
+		t.Errorf("renewal's owners %+v, want the Node uid-1", got.OwnerReferences)
+	}
+}

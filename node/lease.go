@@ -85,7 +85,7 @@ func (c *Controller) LeaseCurrent() error {
 func (c *Controller) tryRenewLease(ctx context.Context) error {
 	name := c.cfg.NodeName
 	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	base := c.lease
+	base := c.leaseCopy()
 	if base == nil {
 		got, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -93,7 +93,7 @@ func (c *Controller) tryRenewLease(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("node %s: creating lease: %w", name, err)
 			}
-			c.lease = withoutManagedFields(created)
+			c.keepLease(created)
 			return nil
 		}
 		if err != nil {
@@ -105,13 +105,35 @@ func (c *Controller) tryRenewLease(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: renewing lease: %w", name, err)
 	}
-	c.lease = withoutManagedFields(updated)
+	c.keepLease(updated)
 	return nil
 }
 
-// withoutManagedFields drops l's managed fields before it is kept until the
-// next renewal: an update that carries none leaves the server's as they are.
-func withoutManagedFields(l *coordinationv1.Lease) *coordinationv1.Lease {
+// keepLease keeps l, as written, for the next renewal: without its managed
+// fields (an update that carries none leaves the server's as they are), and
+// protobuf-encoded, as the desired node is (setDesired): it is read once a
+// RenewInterval, and a decoded Lease is some twenty allocations that each of a
+// NodeSet's thousand nodes would hold meanwhile. A lease that does not encode
+// is not kept: the next renewal reads it first.
+func (c *Controller) keepLease(l *coordinationv1.Lease) {
 	l.ManagedFields = nil
+	raw, err := l.Marshal()
+	if err != nil {
+		c.log.Warn("keeping the node lease", "err", err)
+		raw = nil
+	}
+	c.lease = raw
+}
+
+// leaseCopy returns the lease as last written, nil if none is kept.
+func (c *Controller) leaseCopy() *coordinationv1.Lease {
+	if c.lease == nil {
+		return nil
+	}
+	l := &coordinationv1.Lease{}
+	if err := l.Unmarshal(c.lease); err != nil {
+		// keepLease encoded these bytes: failing to read them back is a bug.
+		panic(fmt.Sprintf("node %s: decoding the kept lease: %v", c.cfg.NodeName, err))
+	}
 	return l
 }

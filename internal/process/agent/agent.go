@@ -57,6 +57,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Every part of the node makes a logger of its own With its name.
+	cfg.Logger = slog.New(deferAttrs(cfg.Logger.Handler()))
 	if cfg.NodeName == "" {
 		return nil, errors.New("a node name is required (--nodename)")
 	}
@@ -213,11 +215,24 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 			n.log.Warn("sending the last spans", "error", err)
 		}
 	}()
+	// One context for the node's goroutines, ended by the first of them to
+	// fail, as errgroup.WithContext would, without a second layer of context
+	// under this one: a NodeSet holds a context and its children's map per layer
+	// per node for good.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return n.nodes.Run(ctx) })
-	g.Go(func() error { return n.serveKubeletAPI(ctx) })
+	var g errgroup.Group
+	goOrCancel := func(run func() error) {
+		g.Go(func() error {
+			err := run()
+			if err != nil {
+				cancel()
+			}
+			return err
+		})
+	}
+	goOrCancel(func() error { return n.nodes.Run(ctx) })
+	goOrCancel(func() error { return n.serveKubeletAPI(ctx) })
 	for _, plain := range []struct {
 		addr, what string
 		handler    http.Handler
@@ -235,7 +250,7 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 			return fmt.Errorf("%s endpoint: %w", plain.what, err)
 		}
 		srv := &http.Server{Handler: plain.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
-		g.Go(func() error {
+		goOrCancel(func() error {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -244,7 +259,7 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 		g.Go(func() error { <-ctx.Done(); return srv.Close() })
 		n.log.Info("serving "+plain.what, "addr", l.Addr().String())
 	}
-	g.Go(func() error {
+	goOrCancel(func() error {
 		var timeout <-chan time.Time
 		if n.cfg.StartupTimeout > 0 {
 			t := time.NewTimer(n.cfg.StartupTimeout)
