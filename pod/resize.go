@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/internal/wire/podwire"
@@ -49,7 +50,7 @@ func (c *Controller) resizesInPlace() bool {
 // cached (api its status in the API, which has no containers: withStatus) to
 // report: nil while the API's status says them already, or for a provider
 // that does not resize in place.
-func (c *Controller) resourcesInEffect(st podState, cached *podwire.Pod, api *corev1.PodStatus) (*corev1.PodSpec, error) {
+func (c *Controller) resourcesInEffect(key string, st podState, cached *podwire.Pod, api *corev1.PodStatus) (*corev1.PodSpec, error) {
 	if !c.resizesInPlace() {
 		return nil, nil
 	}
@@ -59,7 +60,7 @@ func (c *Controller) resourcesInEffect(st podState, cached *podwire.Pod, api *co
 		// the status tells the resources the provider runs.
 		from = st.lastPod
 	}
-	if from == cached && reportsResources(api) {
+	if from == cached && reportsResources(api) && podLevelReported(api, c.state.resizeOf(key)) {
 		return nil, nil
 	}
 	return from.ResourcesSpec()
@@ -79,16 +80,26 @@ type resizeState struct {
 }
 
 // containerResources are the resources of a pod's containers, init containers
-// included, by name (unique within a pod).
+// included, by name (unique within a pod), and the pod-level resources
+// (spec.resources), if the pod declares them, under podLevel.
 type containerResources map[string]corev1.ResourceRequirements
 
+// podLevel is the key of the pod-level resources in a containerResources: a
+// container's name is a DNS label, never empty, so no container has it. A
+// resize of the pod's own resources is then planned, recorded, refused and
+// reported as a container's is.
+const podLevel = ""
+
 func resourcesOf(p *corev1.Pod) containerResources {
-	r := make(containerResources, len(p.Spec.Containers)+len(p.Spec.InitContainers))
+	r := make(containerResources, len(p.Spec.Containers)+len(p.Spec.InitContainers)+1)
 	for _, c := range p.Spec.InitContainers {
 		r[c.Name] = c.Resources
 	}
 	for _, c := range p.Spec.Containers {
 		r[c.Name] = c.Resources
+	}
+	if p.Spec.Resources != nil {
+		r[podLevel] = *p.Spec.Resources
 	}
 	return r
 }
@@ -118,6 +129,9 @@ func withResources(p *corev1.Pod, r containerResources) *corev1.Pod {
 		if res, ok := r[out.Spec.Containers[i].Name]; ok {
 			out.Spec.Containers[i].Resources = res
 		}
+	}
+	if res, ok := r[podLevel]; ok {
+		out.Spec.Resources = &res
 	}
 	return out
 }
@@ -236,6 +250,35 @@ func resizeStatus(current, out *corev1.PodStatus, fromProvider *corev1.PodStatus
 	}
 	fill(out.InitContainerStatuses, current.InitContainerStatuses, init)
 	fill(out.ContainerStatuses, current.ContainerStatuses, app)
+	if of.running != nil {
+		podLevelStatus(out, fromProvider, of.running, rs)
+	}
+}
+
+// podLevelStatus sets the pod's own resources in out as the kubelet reports
+// them: allocatedResources are the pod's requests as the scheduler counts them
+// (the pod-level requests if declared, else the containers', sidecars added
+// and init containers overlapping), and resources, for a pod that declares
+// pod-level resources, those it runs with (the provider's, if it reports them).
+// running is the spec whose resources the provider runs, rs the node's record.
+func podLevelStatus(out, fromProvider *corev1.PodStatus, running *corev1.PodSpec, rs *resizeState) {
+	spec := running
+	if rs != nil {
+		spec = &withResources(&corev1.Pod{Spec: *running}, rs.allocated).Spec
+	}
+	requests := resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
+	if len(requests) == 0 {
+		requests = nil
+	}
+	out.AllocatedResources = requests
+	switch {
+	case fromProvider.Resources != nil:
+		out.Resources = fromProvider.Resources
+	case spec.Resources != nil:
+		out.Resources = spec.Resources
+	default:
+		out.Resources = nil
+	}
 }
 
 // runningResources are the resources container name runs with: the record's,
@@ -251,6 +294,17 @@ func runningResources(name string, spec []corev1.Container, rs *resizeState) (co
 		}
 	}
 	return corev1.ResourceRequirements{}, false
+}
+
+// podLevelReported reports whether status s says the pod-level resources
+// that rs, the node's record of the pod's resizes (nil if none), has the
+// provider run: the containers' statuses do not show a resize of those.
+func podLevelReported(s *corev1.PodStatus, rs *resizeState) bool {
+	if rs == nil {
+		return true
+	}
+	res, ok := rs.allocated[podLevel]
+	return !ok || (s.Resources != nil && equality.Semantic.DeepEqual(*s.Resources, res))
 }
 
 // reportsResources reports whether every container status of s carries the

@@ -197,3 +197,64 @@ func TestAPodOfAProviderThatCannotResizeIsNotResized(t *testing.T) {
 		t.Errorf("resize: %v; want the API server's refusal of a node without support for resize", err)
 	}
 }
+
+// A pod with pod-level resources (spec.resources): its status says what the
+// pod as a whole runs with, as the kubelet's does (allocatedResources the
+// pod's requests, resources the pod-level requirements), and a resize of them
+// through the resize subresource reaches the provider and then the status.
+func TestPodLevelResourcesAreReportedAndResized(t *testing.T) {
+	prov := newMock(t, "")
+	c, node := startController(t, prov)
+	withAllocatable(t, c, node)
+	ns := testenv.Namespace(t)
+	podLevel := func(req, lim string) *corev1.ResourceRequirements {
+		return &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(req)},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(lim)},
+		}
+	}
+	// The API server lets a client resize pod-level resources only on a node
+	// that declares the feature; the node controller, which is not under test
+	// here, declares its provider's.
+	n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.DeclaredFeatures = []string{"InPlacePodLevelResourcesVerticalScaling"}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPod(t, c, ns, node, appPod("whole", func(s *corev1.PodSpec) { s.Resources = podLevel("100m", "200m") }))
+	waitRunning(t, c, ns, "whole")
+	waitPodLevel := func(req, lim string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			st := getPod(t, c, ns, "whole").Status
+			allocated := st.AllocatedResources[corev1.ResourceCPU]
+			if st.Resources == nil {
+				return false, fmt.Sprintf("status.resources nil, allocatedResources %v", st.AllocatedResources)
+			}
+			limit := st.Resources.Limits[corev1.ResourceCPU]
+			return allocated.String() == req && cpuOf(*st.Resources) == req && limit.String() == lim,
+				fmt.Sprintf("status allocatedResources %v, resources %v; want cpu %s, limit %s", st.AllocatedResources, st.Resources, req, lim)
+		})
+	}
+	waitPodLevel("100m", "200m")
+
+	patch := `{"spec":{"resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}}`
+	if _, err := c.CoreV1().Pods(ns).Patch(context.Background(), "whole", types.StrategicMergePatchType, []byte(patch),
+		metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		got, err := prov.GetPod(context.Background(), ns, "whole")
+		if err != nil {
+			return false, err.Error()
+		}
+		if got.Spec.Resources == nil {
+			return false, "the provider's pod has no pod-level resources"
+		}
+		return cpuOf(*got.Spec.Resources) == "150m", fmt.Sprintf("the provider runs the pod with %s", cpuOf(*got.Spec.Resources))
+	})
+	waitPodLevel("150m", "300m")
+}

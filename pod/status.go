@@ -97,7 +97,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		}
 		c.statusQueue.AddAfter(key, left) // an earlier check of the same pod is kept
 	}
-	running, err := c.resourcesInEffect(st, cached, &p.Status)
+	running, err := c.resourcesInEffect(key, st, cached, &p.Status)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ type updatable struct {
 	annotations           map[string]string
 	activeDeadlineSeconds *int64
 	tolerations           []corev1.Toleration
+	podResources          *corev1.ResourceRequirements // spec.resources, resized in place as containers' are
 	containers            []containerUpdatable
 	initContainers        []containerUpdatable
 	// ephemeral are the names of the ephemeral containers: the API only ever adds
@@ -37,6 +38,7 @@ func updatableOf(p *corev1.Pod) *updatable {
 		annotations:           p.Annotations,
 		activeDeadlineSeconds: p.Spec.ActiveDeadlineSeconds,
 		tolerations:           p.Spec.Tolerations,
+		podResources:          p.Spec.Resources,
 		containers:            make([]containerUpdatable, len(p.Spec.Containers)),
 		initContainers:        make([]containerUpdatable, len(p.Spec.InitContainers)),
 	}
@@ -79,7 +81,8 @@ func (u *updatable) equal(o *updatable) bool {
 			return false
 		}
 	}
-	return equality.Semantic.DeepEqual(u.tolerations, o.tolerations)
+	return equality.Semantic.DeepEqual(u.tolerations, o.tolerations) &&
+		equality.Semantic.DeepEqual(u.podResources, o.podResources)
 }
 
 func (c *containerUpdatable) equal(o *containerUpdatable) bool {

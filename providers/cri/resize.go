@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -18,10 +19,13 @@ func (p *Provider) ResizesInPlace() bool { return true }
 
 // resizeRunning gives each container of pod whose resources changed since old,
 // and that has an instance in the runtime, its new cgroup limits (CPU shares
-// and quota, memory limit), without restarting it. A container not started yet
-// starts with the new spec. A resize that a container's resizePolicy says
-// needs a restart is refused (errdefs.InvalidInput, which the node shows as an
-// Infeasible resize): this provider does not restart containers to resize them.
+// and quota, memory limit), without restarting it, and the pod's own cgroup its
+// new limits (podcgroup.go). A change of the pod-level resources resizes the
+// containers that run under the pod's limits for want of their own. A
+// container not started yet starts with the new spec. A resize that a
+// container's resizePolicy says needs a restart is refused
+// (errdefs.InvalidInput, which the node shows as an Infeasible resize): this
+// provider does not restart containers to resize them.
 func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *corev1.Pod) error {
 	var changed []corev1.Container
 	for _, r := range providerutil.ResizedContainers(old, pod) {
@@ -30,27 +34,62 @@ func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *
 		}
 		changed = append(changed, r.Container)
 	}
-	if len(changed) == 0 {
+	podLevel := providerutil.PodLevelResized(old, pod)
+	if podLevel {
+		changed = appendInheritingResized(changed, old, pod)
+	}
+	if len(changed) == 0 && !podLevel {
 		return nil
 	}
 	ids := map[string]string{}
 	p.mu.Lock()
 	for _, c := range changed {
-		ids[c.Name] = rec.ctrIDs[c.Name][0]
+		if insts := rec.ctrIDs[c.Name]; len(insts) > 0 {
+			ids[c.Name] = insts[0]
+		}
 	}
 	p.mu.Unlock()
+	// The pod's limits first, so that a container's larger ones fit under
+	// them (the kernel refuses a child's CPU quota above its parent's), and
+	// again once the containers have theirs, for a pod's that shrank.
+	_ = applyPodCgroup(cgroupRoot, pod)
 	for i := range changed {
 		c := &changed[i]
 		if ids[c.Name] == "" {
 			continue
 		}
 		if _, err := p.runtime.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{
-			ContainerId: ids[c.Name], Linux: resources(c),
+			ContainerId: ids[c.Name], Linux: resources(pod, c),
 		}); err != nil {
 			return fmt.Errorf("cri: resizing container %s of pod %s: %w", c.Name, rec.key, err)
 		}
 	}
+	if err := applyPodCgroup(cgroupRoot, pod); err != nil {
+		return fmt.Errorf("cri: resizing pod %s: %w", rec.key, err)
+	}
 	return nil
+}
+
+// appendInheritingResized appends to changed the containers of pod, not in it
+// yet, whose cgroup limits change with the pod-level resources from old to
+// pod: those that have no limits of their own.
+func appendInheritingResized(changed []corev1.Container, old, pod *corev1.Pod) []corev1.Container {
+	in := map[string]bool{}
+	for _, c := range changed {
+		in[c.Name] = true
+	}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			c := &list[i]
+			if in[c.Name] {
+				continue
+			}
+			if !proto.Equal(resources(old, c), resources(pod, c)) {
+				changed = append(changed, *c)
+			}
+		}
+	}
+	return changed
 }
 
 // needsRestart reports a resource of c whose requests or limits changed from

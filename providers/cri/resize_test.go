@@ -3,6 +3,8 @@ package cri
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,4 +82,74 @@ func TestARunningContainerIsResizedInPlace(t *testing.T) {
 	if mem, _ := cgroup(); mem != strconv.Itoa(96<<20) {
 		t.Errorf("after the refused resize the container sees memory %s; want %d still", mem, 96<<20)
 	}
+}
+
+// A pod with pod-level resources runs bounded by them: its own cgroup has the
+// pod's limits, a container without limits of its own sees the pod's in its
+// cgroup, and a resize of the pod-level resources through UpdatePod changes
+// both in place.
+func TestPodLevelLimitsBindThePodAndItsContainers(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	pod := busyboxPod("podlevel", sleepForever)
+	pod.Spec.HostNetwork = true
+	podLevel := func(mem, cpu string) *corev1.ResourceRequirements {
+		l := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourceCPU: resource.MustParse(cpu)}
+		return &corev1.ResourceRequirements{Limits: l, Requests: l}
+	}
+	pod.Spec.Resources = podLevel("96Mi", "300m")
+	ctx := context.Background()
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	inContainer := func() (mem, cpu string) {
+		mem, err := execOut(t, p, pod, "main", "sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu, err = execOut(t, p, pod, "main", "sh", "-c", "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(mem), strings.TrimSpace(cpu)
+	}
+	ofPod := func() (mem, cpu string) {
+		read := func(paths ...string) string {
+			for _, path := range paths {
+				if b, err := os.ReadFile(path); err == nil {
+					return strings.TrimSpace(string(b))
+				}
+			}
+			t.Fatalf("none of %v can be read", paths)
+			return ""
+		}
+		dir := cgroupParent(pod)
+		return read(filepath.Join(cgroupRoot, dir, "memory.max"), filepath.Join(cgroupRoot, "memory", dir, "memory.limit_in_bytes")),
+			read(filepath.Join(cgroupRoot, dir, "cpu.max"), filepath.Join(cgroupRoot, "cpu", dir, "cpu.cfs_quota_us"))
+	}
+	check := func(when string, mem int, quota string) {
+		t.Helper()
+		if m, c := inContainer(); m != strconv.Itoa(mem) || !strings.HasPrefix(c, quota) {
+			t.Errorf("%s the container sees memory %s, cpu %s; want %d, %s", when, m, c, mem, quota)
+		}
+		if m, c := ofPod(); m != strconv.Itoa(mem) || !strings.HasPrefix(c, quota) {
+			t.Errorf("%s the pod's cgroup has memory %s, cpu %s; want %d, %s", when, m, c, mem, quota)
+		}
+	}
+	check("at the start", 96<<20, "30000")
+
+	grown := pod.DeepCopy()
+	grown.Spec.Resources = podLevel("128Mi", "500m")
+	if err := p.UpdatePod(ctx, grown); err != nil {
+		t.Fatal(err)
+	}
+	check("after growing", 128<<20, "50000")
+
+	shrunk := grown.DeepCopy()
+	shrunk.Spec.Resources = podLevel("112Mi", "200m")
+	if err := p.UpdatePod(ctx, shrunk); err != nil {
+		t.Fatal(err)
+	}
+	check("after shrinking", 112<<20, "20000")
 }

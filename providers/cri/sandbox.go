@@ -52,6 +52,11 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 	}
 	rec.sandboxErr, rec.sandboxBackoff = "", 0
 	p.backoffs.Reset(backoffKey(rec.uid, "", "sandbox"))
+	// The pod's limits on its cgroup, which the runtime has just made, before
+	// any container starts in it.
+	if err := applyPodCgroup(cgroupRoot, pod); err != nil {
+		p.log.Warn("setting the pod's cgroup limits", "pod", rec.key, "err", err)
+	}
 	rec.sandboxCfg = cfg
 	p.mu.Lock()
 	rec.sandboxID = resp.PodSandboxId

@@ -286,7 +286,7 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 			annotationTerminationPolicy:            string(terminationMessagePolicy(c)),
 		},
 		Linux: &runtimeapi.LinuxContainerConfig{
-			Resources:       resources(c),
+			Resources:       resources(pod, c),
 			SecurityContext: p.securityContext(pod, c),
 		},
 	}
@@ -314,21 +314,33 @@ func (p *Provider) envPodIPs(pod *corev1.Pod, podIP string) []string {
 }
 
 // resources converts the container's requests and limits as the kubelet does.
-func resources(c *corev1.Container) *runtimeapi.LinuxContainerResources {
+func resources(pod *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContainerResources {
 	r := &runtimeapi.LinuxContainerResources{CpuShares: minShares}
 	cpuReq, hasReq := c.Resources.Requests[corev1.ResourceCPU]
 	cpuLim, hasLim := c.Resources.Limits[corev1.ResourceCPU]
 	if !hasReq && hasLim {
 		cpuReq, hasReq = cpuLim, true
 	}
+	mem, hasMem := c.Resources.Limits[corev1.ResourceMemory]
+	// A container without a limit of its own in a pod with pod-level limits
+	// runs under the pod's, as the kubelet has it: the container's own
+	// cgroup says so to what reads it there (a JVM sizing its heap, say).
+	if podRes := pod.Spec.Resources; podRes != nil {
+		if l, ok := podRes.Limits[corev1.ResourceCPU]; ok && !hasLim {
+			cpuLim, hasLim = l, true
+		}
+		if l, ok := podRes.Limits[corev1.ResourceMemory]; ok && !hasMem {
+			mem, hasMem = l, true
+		}
+	}
 	if hasReq {
-		r.CpuShares = max(cpuReq.MilliValue()*sharesPerCPU/1000, minShares)
+		r.CpuShares = cpuShares(cpuReq.MilliValue())
 	}
 	if hasLim {
 		r.CpuPeriod = quotaPeriod
-		r.CpuQuota = max(cpuLim.MilliValue()*quotaPeriod/1000, minQuotaUsecs)
+		r.CpuQuota = cpuQuota(cpuLim.MilliValue())
 	}
-	if mem, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+	if hasMem {
 		r.MemoryLimitInBytes = mem.Value()
 	}
 	return r

@@ -65,12 +65,23 @@ func TestResourcesConvertLikeTheKubelet(t *testing.T) {
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 	}}
-	r := resources(c)
+	r := resources(&corev1.Pod{}, c)
 	if r.CpuShares != 256 || r.CpuPeriod != 100000 || r.CpuQuota != 150000 || r.MemoryLimitInBytes != 128<<20 {
 		t.Errorf("resources = %+v", r)
 	}
-	if r := resources(&corev1.Container{}); r.CpuShares != 2 || r.CpuQuota != 0 || r.MemoryLimitInBytes != 0 {
+	if r := resources(&corev1.Pod{}, &corev1.Container{}); r.CpuShares != 2 || r.CpuQuota != 0 || r.MemoryLimitInBytes != 0 {
 		t.Errorf("best-effort resources = %+v", r)
+	}
+	// Under pod-level limits a container without its own runs under the pod's;
+	// one with its own keeps them.
+	plr := &corev1.Pod{Spec: corev1.PodSpec{Resources: &corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("80m"), corev1.ResourceMemory: resource.MustParse("95Mi")},
+	}}}
+	if r := resources(plr, &corev1.Container{}); r.CpuShares != 2 || r.CpuQuota != 8000 || r.CpuPeriod != 100000 || r.MemoryLimitInBytes != 95<<20 {
+		t.Errorf("resources under pod-level limits = %+v", r)
+	}
+	if r := resources(plr, c); r.CpuQuota != 150000 || r.MemoryLimitInBytes != 128<<20 {
+		t.Errorf("a container's own limits under pod-level ones = %+v", r)
 	}
 }
 

@@ -33,6 +33,12 @@ func ResizedContainers(running, updated *corev1.Pod) []Resized {
 	return out
 }
 
+// PodLevelResized reports whether the pod-level resources (spec.resources)
+// differ between running, the pod as the provider has it, and updated.
+func PodLevelResized(running, updated *corev1.Pod) bool {
+	return !equality.Semantic.DeepEqual(running.Spec.Resources, updated.Spec.Resources)
+}
+
 // RefuseResize is the answer to UpdatePod of a provider that cannot resize a
 // pod it has taken on (it is no provider.InPlaceResizer): an
 // errdefs.InvalidInput error naming the first container whose resources differ
@@ -45,6 +51,9 @@ func ResizedContainers(running, updated *corev1.Pod) []Resized {
 func RefuseResize(backEnd string, running, updated *corev1.Pod) error {
 	if r := ResizedContainers(running, updated); len(r) > 0 {
 		return errdefs.InvalidInput("%s cannot resize a pod it has taken on (the resources of container %s changed)", backEnd, r[0].Container.Name)
+	}
+	if PodLevelResized(running, updated) {
+		return errdefs.InvalidInput("%s cannot resize a pod it has taken on (the pod-level resources changed)", backEnd)
 	}
 	return nil
 }

@@ -31,4 +31,10 @@ func TestAResizeIsRefusedByAProviderThatCannotMakeIt(t *testing.T) {
 		r[0].Before.Requests.Cpu().String() != "100m" || r[1].Container.Name != "app" {
 		t.Errorf("ResizedContainers = %+v, want setup then app with their resources before", r)
 	}
+	podLevel := pod("100m", "200m", "a")
+	podLevel.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+	err = RefuseResize("slurm", running, podLevel)
+	if !errdefs.IsInvalidInput(err) || err.Error() != "slurm cannot resize a pod it has taken on (the pod-level resources changed)" {
+		t.Errorf("a pod-level resize: %v, want InvalidInput naming the pod-level resources", err)
+	}
 }

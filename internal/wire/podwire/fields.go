@@ -29,6 +29,7 @@ const (
 	specInitContainersField = 20
 	specReadinessGatesField = 28
 	specEphemeralField      = 34
+	specResourcesField      = 40
 
 	containerNameField          = 1 // Container
 	containerResourcesField     = 8

@@ -50,6 +50,7 @@ var wireFields = map[string]wireField{
 	"specInitContainersField": {specInitContainersField, typeOf[corev1.PodSpec](), "InitContainers", "bytes"},
 	"specReadinessGatesField": {specReadinessGatesField, typeOf[corev1.PodSpec](), "ReadinessGates", "bytes"},
 	"specEphemeralField":      {specEphemeralField, typeOf[corev1.PodSpec](), "EphemeralContainers", "bytes"},
+	"specResourcesField":      {specResourcesField, typeOf[corev1.PodSpec](), "Resources", "bytes"},
 
 	"containerNameField":          {containerNameField, typeOf[corev1.Container](), "Name", "bytes"},
 	"containerResourcesField":     {containerResourcesField, typeOf[corev1.Container](), "Resources", "bytes"},

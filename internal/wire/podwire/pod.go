@@ -233,12 +233,18 @@ func (c *Pod) Containers() (Containers, error) {
 	return of, nil
 }
 
-// ResourcesSpec decodes, of the pod's spec, only its containers' names and
-// resources: what the status of a provider that resizes in place reports.
+// ResourcesSpec decodes, of the pod's spec, only its resources: the pod-level
+// ones and its containers' names, resources and restart policies (which make
+// an init container a sidecar, whose requests add up rather than overlap):
+// what the status of a provider that resizes in place reports.
 func (c *Pod) ResourcesSpec() (*corev1.PodSpec, error) {
 	spec := &corev1.PodSpec{}
 	err := podpack.UnpackEncoded(c.packedBytes(), func(raw []byte) error {
 		return apiwire.Walk(apiwire.Field(raw, podSpecField), func(num protowire.Number, whole []byte) error {
+			if num == specResourcesField {
+				spec.Resources = &corev1.ResourceRequirements{}
+				return spec.Resources.Unmarshal(apiwire.Value(whole))
+			}
 			if num != specContainersField && num != specInitContainersField {
 				return nil
 			}
@@ -246,6 +252,10 @@ func (c *Pod) ResourcesSpec() (*corev1.PodSpec, error) {
 			out := corev1.Container{Name: string(apiwire.Field(ctr, containerNameField))}
 			if err := out.Resources.Unmarshal(apiwire.Field(ctr, containerResourcesField)); err != nil {
 				return err
+			}
+			if rp := apiwire.Field(ctr, containerRestartPolicyField); rp != nil {
+				policy := corev1.ContainerRestartPolicy(rp)
+				out.RestartPolicy = &policy
 			}
 			if num == specContainersField {
 				spec.Containers = append(spec.Containers, out)

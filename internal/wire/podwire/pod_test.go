@@ -256,3 +256,27 @@ func TestACachedPodIsItsOwnObjectMeta(t *testing.T) {
 	}()
 	m.SetResourceVersion("8")
 }
+
+func TestResourcesSpecIsThePodsResourcesAndNothingElse(t *testing.T) {
+	p := typicalPod()
+	always := corev1.ContainerRestartPolicyAlways
+	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "registry.example/proxy:4.5", RestartPolicy: &always,
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}}}}
+	p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}
+	want := &corev1.PodSpec{Resources: p.Spec.Resources}
+	for _, c := range p.Spec.Containers {
+		want.Containers = append(want.Containers, corev1.Container{Name: c.Name, Resources: c.Resources})
+	}
+	want.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always, Resources: p.Spec.InitContainers[0].Resources}}
+	cp, err := Compact(p.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cp.ResourcesSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("ResourcesSpec = %+v\nwant %+v", got, want)
+	}
+}
