@@ -130,6 +130,9 @@ func withResources(p *corev1.Pod, r containerResources) *corev1.Pod {
 			out.Spec.Containers[i].Resources = res
 		}
 	}
+	// A record holds the whole pod's: without pod-level resources, the pod
+	// runs without any (a resize that added them is not in effect).
+	out.Spec.Resources = nil
 	if res, ok := r[podLevel]; ok {
 		out.Spec.Resources = &res
 	}
