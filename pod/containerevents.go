@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"github.com/vkubelet/vkubelet/provider"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -38,4 +39,42 @@ func (c *Controller) recordContainerFailures(p *corev1.Pod, next *corev1.PodStat
 			c.recorder.Event(p, corev1.EventTypeWarning, ReasonFailed, "Error: "+w.Message)
 		}
 	}
+}
+
+// recordProviderEvent records ev, an Event of the provider's own
+// (provider.PodEventRecorder), on its pod, or on the container it names with
+// the field path the kubelet gives a container's Events.
+func (c *Controller) recordProviderEvent(ev provider.PodEvent) {
+	if ev.Pod == nil || ev.Reason == "" {
+		return
+	}
+	ref := &corev1.ObjectReference{
+		Kind: "Pod", APIVersion: "v1",
+		Namespace: ev.Pod.Namespace, Name: ev.Pod.Name, UID: ev.Pod.UID,
+	}
+	if ev.Container != "" {
+		ref.FieldPath = containerFieldPath(&ev.Pod.Spec, ev.Container)
+	}
+	eventType := ev.Type
+	if eventType != corev1.EventTypeWarning {
+		eventType = corev1.EventTypeNormal
+	}
+	c.recorder.Event(ref, eventType, ev.Reason, ev.Message)
+}
+
+// containerFieldPath is the field path of container name in spec, as Events
+// name it: spec.initContainers{name}, spec.ephemeralContainers{name} or
+// spec.containers{name}.
+func containerFieldPath(spec *corev1.PodSpec, name string) string {
+	for _, c := range spec.InitContainers {
+		if c.Name == name {
+			return "spec.initContainers{" + name + "}"
+		}
+	}
+	for _, c := range spec.EphemeralContainers {
+		if c.Name == name {
+			return "spec.ephemeralContainers{" + name + "}"
+		}
+	}
+	return "spec.containers{" + name + "}"
 }

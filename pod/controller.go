@@ -267,6 +267,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.ownTimer {
 		go c.timer.Run(ctx)
 	}
+	if r, ok := c.provider.(provider.PodEventRecorder); ok {
+		r.RecordPodEvents(c.recordProviderEvent)
+	}
 	if c.notifier != nil {
 		c.notifier.NotifyPods(ctx, c.handleProviderPod)
 	}

@@ -119,6 +119,31 @@ type PodNotifier interface {
 	NotifyPods(ctx context.Context, notify func(*corev1.Pod))
 }
 
+// PodEvent is an Event a provider has to tell about one of its pods, as the
+// kubelet records them: a probe's warning, a sandbox that could not be made.
+type PodEvent struct {
+	// Pod is the pod it concerns; its namespace, name and UID are read.
+	Pod *corev1.Pod
+	// Container is the name of the container it concerns, "" for the pod.
+	Container string
+	// Type is corev1.EventTypeNormal or corev1.EventTypeWarning.
+	Type string
+	// Reason is one CamelCase word machines match on (the kubelet's, where
+	// the kubelet has one: ProbeWarning, FailedCreatePodSandBox, …).
+	Reason string
+	// Message is for people.
+	Message string
+}
+
+// PodEventRecorder is implemented by providers with Events of their own to
+// record on their pods; the node records them (as the pod's Events, or a
+// container's) with its own recorder, which aggregates repeats.
+type PodEventRecorder interface {
+	// RecordPodEvents is called once, before any other call of the pod
+	// controller, with the function that records one. It does not block.
+	RecordPodEvents(record func(PodEvent))
+}
+
 // NodeProvider lets a provider report on the health and resources of the node.
 // Providers without it get a node that is always Ready with the capacity given by
 // NodeConfigurer (or none).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -89,7 +90,7 @@ func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *cor
 		}
 		startedAt := time.Unix(0, st.cur.StartedAt)
 		if !st.probes.started && !terminating {
-			ok, done := p.probeOnce(ctx, rec, pod, c, st, c.StartupProbe, &st.probes.startup, startedAt)
+			ok, done := p.probeOnce(ctx, rec, pod, c, st, "Startup", c.StartupProbe, &st.probes.startup, startedAt)
 			if done && ok {
 				st.probes.started = true
 			} else if done {
@@ -102,14 +103,14 @@ func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *cor
 			continue
 		}
 		if c.LivenessProbe != nil && !terminating {
-			if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.LivenessProbe, &st.probes.liveness, startedAt); done && !ok {
+			if ok, done := p.probeOnce(ctx, rec, pod, c, st, "Liveness", c.LivenessProbe, &st.probes.liveness, startedAt); done && !ok {
 				p.killForProbe(ctx, rec, pod, c, st, c.LivenessProbe, "liveness")
 				continue
 			}
 		}
 		if c.ReadinessProbe == nil {
 			st.probes.ready = true
-		} else if ok, done := p.probeOnce(ctx, rec, pod, c, st, c.ReadinessProbe, &st.probes.readiness, startedAt); done {
+		} else if ok, done := p.probeOnce(ctx, rec, pod, c, st, "Readiness", c.ReadinessProbe, &st.probes.readiness, startedAt); done {
 			st.probes.ready = ok
 		}
 	}
@@ -145,16 +146,22 @@ func anyRunning(rec *podRecord, pod *corev1.Pod) bool {
 	return false
 }
 
-// probeOnce runs pr if it is due and reports whether its result crossed a threshold
-// (done) and which way (ok).
-func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, pr *corev1.Probe, ps *probeState, startedAt time.Time) (ok, done bool) {
+// probeOnce runs pr, the container's probe of kind which (Startup, Liveness or
+// Readiness), if it is due and reports whether its result crossed a threshold
+// (done) and which way (ok). A success with a warning is recorded as the
+// kubelet records it, a ProbeWarning Event of the container.
+func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, which string, pr *corev1.Probe, ps *probeState, startedAt time.Time) (ok, done bool) {
 	period, timeout, success, failure := probeDefaults(pr)
 	now := time.Now()
 	if now.Before(startedAt.Add(time.Duration(pr.InitialDelaySeconds)*time.Second)) || now.Before(ps.lastRun.Add(period)) {
 		return false, false
 	}
 	ps.lastRun = now
-	if err := p.probe(ctx, rec, pod, c, st.cur.Id, pr, timeout); err != nil {
+	warning, err := p.probe(ctx, rec, pod, c, st.cur.Id, pr, timeout)
+	if warning != "" {
+		p.recordEvent(pod, c.Name, corev1.EventTypeWarning, "ProbeWarning", which+" probe warning: "+warning)
+	}
+	if err != nil {
 		ps.successes = 0
 		ps.failures++
 		p.log.Debug("probe failed", "pod", rec.key, "container", c.Name, "err", err)
@@ -196,25 +203,26 @@ func withProbeGracePeriod(pod *corev1.Pod, pr *corev1.Probe) *corev1.Pod {
 	return &out
 }
 
-// probe runs one check of pr against the container.
-func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, id string, pr *corev1.Probe, timeout time.Duration) error {
+// probe runs one check of pr against the container: nil if it passed, with
+// what a passing check had to warn about, if anything.
+func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, id string, pr *corev1.Probe, timeout time.Duration) (warning string, err error) {
 	switch {
 	case pr.Exec != nil:
 		pctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 		defer cancel()
 		resp, err := p.runtime.ExecSync(pctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: pr.Exec.Command, Timeout: int64(timeout / time.Second)})
 		if err != nil {
-			return err
+			return "", err
 		}
 		if resp.ExitCode != 0 {
-			return fmt.Errorf("exit code %d: %s", resp.ExitCode, resp.Stderr)
+			return "", fmt.Errorf("exit code %d: %s", resp.ExitCode, resp.Stderr)
 		}
-		return nil
+		return "", nil
 	case pr.HTTPGet != nil:
 		h := pr.HTTPGet
 		port, err := resolvePort(h.Port, c)
 		if err != nil {
-			return err
+			return "", err
 		}
 		host := h.Host
 		if host == "" {
@@ -228,7 +236,7 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 	case pr.TCPSocket != nil:
 		port, err := resolvePort(pr.TCPSocket.Port, c)
 		if err != nil {
-			return err
+			return "", err
 		}
 		host := pr.TCPSocket.Host
 		if host == "" {
@@ -236,18 +244,18 @@ func (p *Provider) probe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c
 		}
 		conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), timeout)
 		if err != nil {
-			return err
+			return "", err
 		}
-		return conn.Close()
+		return "", conn.Close()
 	case pr.GRPC != nil:
 		service := ""
 		if pr.GRPC.Service != nil {
 			service = *pr.GRPC.Service
 		}
 		addr := net.JoinHostPort(p.probeHost(rec, pod), strconv.Itoa(int(pr.GRPC.Port)))
-		return grpcProbe(ctx, addr, service, timeout)
+		return "", grpcProbe(ctx, addr, service, timeout)
 	}
-	return fmt.Errorf("probe type not supported (exec, httpGet, tcpSocket and grpc are)")
+	return "", fmt.Errorf("probe type not supported (exec, httpGet, tcpSocket and grpc are)")
 }
 
 // probeURL is the URL an httpGet probe or hook asks for: path may carry a query
@@ -265,16 +273,22 @@ func probeURL(scheme, host string, port int, path string) string {
 // httpProbe GETs target with headers: healthy when it answers 2xx or 3xx within
 // timeout. As the kubelet's prober, it follows redirects on the same host (up to
 // ten) but not to another host: such a redirect is itself the answer, a success
-// (the kubelet's probe warning), since the other host is not the container's.
-func httpProbe(ctx context.Context, target string, headers []corev1.HTTPHeader, timeout time.Duration) error {
+// with a warning (the kubelet's ProbeWarning, with the answer's body), since the
+// other host is not the container's. A Host header names the host asked for.
+func httpProbe(ctx context.Context, target string, headers []corev1.HTTPHeader, timeout time.Duration) (warning string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("User-Agent", "kube-probe/vkubelet")
 	for _, hd := range headers {
+		if http.CanonicalHeaderKey(hd.Name) == "Host" {
+			// Go sends req.Host, never a Host in the header map.
+			req.Host = hd.Value
+			continue
+		}
 		req.Header.Add(hd.Name, hd.Value)
 	}
 	client := &http.Client{
@@ -294,14 +308,22 @@ func httpProbe(ctx context.Context, target string, headers []corev1.HTTPHeader, 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+		return "", fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
 	}
-	return nil
+	if resp.StatusCode >= 300 {
+		// Only a redirect to another host is left unfollowed.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, probeBodyLimit))
+		return "Probe terminated redirects, Response body: " + string(body), nil
+	}
+	return "", nil
 }
+
+// probeBodyLimit bounds what of an answer a probe reads, as the kubelet's.
+const probeBodyLimit = 10 << 10
 
 // grpcProbe asks the gRPC server at addr, without TLS as the kubelet does, for
 // the health of service with the standard protocol (grpc.health.v1.Health/Check):

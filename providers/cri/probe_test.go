@@ -138,9 +138,30 @@ func TestHTTPProbeFollowsOnlyLocalRedirects(t *testing.T) {
 		"/ok": true, "/local-to-ok": true, "/redirect?loc=" + url.QueryEscape("http://0.0.0.0:1/"): true,
 		"/redirect?loc=%2Ffail": false, "/fail": false, "/local-to-fail": false, "/loop": false,
 	} {
-		err := httpProbe(context.Background(), probeURL("http", addr.IP.String(), addr.Port, path), nil, 2*time.Second)
+		warning, err := httpProbe(context.Background(), probeURL("http", addr.IP.String(), addr.Port, path), nil, 2*time.Second)
 		if healthy != (err == nil) {
 			t.Errorf("probe of %s: %v, want healthy %v", path, err, healthy)
 		}
+		// Only the redirect left unfollowed warns, with the answer's body.
+		offHost := strings.HasPrefix(path, "/redirect?loc=http")
+		if want := `Probe terminated redirects, Response body: <a href="http://0.0.0.0:1/">Found</a>.`; offHost != strings.HasPrefix(warning, want) {
+			t.Errorf("probe of %s warns %q; want a warning starting %q: %v", path, warning, want, offHost)
+		}
+	}
+}
+
+// A Host header of an HTTP probe names the host the request asks for, as the
+// kubelet's prober sends it.
+func TestHTTPProbeSendsItsHostHeader(t *testing.T) {
+	hosts := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hosts <- r.Host }))
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().(*net.TCPAddr)
+	if _, err := httpProbe(context.Background(), probeURL("http", addr.IP.String(), addr.Port, "/"),
+		[]corev1.HTTPHeader{{Name: "host", Value: "app.example"}}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-hosts; got != "app.example" {
+		t.Errorf("the server was asked for host %q, want app.example", got)
 	}
 }

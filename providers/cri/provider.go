@@ -84,6 +84,8 @@ type Provider struct {
 	node       *corev1.Node
 	notify     func(*corev1.Pod)
 	notifyNode func(*corev1.Node)
+	// event records an Event on a pod (RecordPodEvents); nil until then.
+	event func(provider.PodEvent)
 
 	// statsMu guards cpuSamples: the last cumulative CPU of each container, to turn
 	// the runtime's counters into rates.
@@ -342,6 +344,25 @@ func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.notify = notify
+}
+
+// RecordPodEvents keeps the node's Event recorder: the provider records what
+// the kubelet would (provider.PodEventRecorder).
+func (p *Provider) RecordPodEvents(record func(provider.PodEvent)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.event = record
+}
+
+// recordEvent records an Event of eventType on pod, or on its container if
+// container is not "", once the node has given its recorder.
+func (p *Provider) recordEvent(pod *corev1.Pod, container, eventType, reason, message string) {
+	p.mu.Lock()
+	record := p.event
+	p.mu.Unlock()
+	if record != nil {
+		record(provider.PodEvent{Pod: pod, Container: container, Type: eventType, Reason: reason, Message: message})
+	}
 }
 
 // validate refuses pods the provider can never run.

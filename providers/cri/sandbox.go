@@ -31,9 +31,9 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 		cfg.Metadata.Attempt = rec.sandboxAttempt
 	}
 	for _, w := range warnings {
-		// The kubelet records these as Warning events of the pod; the provider
-		// contract has no way to, so they are logged.
-		p.log.Warn(w.message, "pod", rec.key, "reason", w.reason)
+		// Warning Events of the pod, as the kubelet records them.
+		p.log.Debug(w.message, "pod", rec.key, "reason", w.reason)
+		p.recordEvent(pod, "", corev1.EventTypeWarning, w.reason, w.message)
 	}
 	if err != nil {
 		rec.sandboxErr = err.Error()
@@ -44,6 +44,7 @@ func (p *Provider) runSandbox(ctx context.Context, rec *podRecord, pod *corev1.P
 	}
 	resp, err := p.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
+		p.recordEvent(pod, "", corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
 		rec.sandboxErr = err.Error()
 		rec.sandboxBackoff = p.nextDelay(backoffKey(rec.uid, "", "sandbox"), time.Now())
 		rec.sandboxRetry = time.Now().Add(rec.sandboxBackoff)

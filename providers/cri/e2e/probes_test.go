@@ -3,11 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
@@ -233,5 +238,48 @@ func TestCompletedInitContainersAreReady(t *testing.T) {
 		if term := cs.State.Terminated; !cs.Ready || term == nil || term.ExitCode != 0 {
 			t.Errorf("init container %s: ready %v, state %s", cs.Name, cs.Ready, fmt.Sprintf("%+v", cs.State))
 		}
+	}
+}
+
+// An HTTP liveness probe redirected to another host passes, as on a kubelet,
+// and the node records the kubelet's ProbeWarning Event on the container, with
+// the answer's body: the provider's own Events reach the API.
+func TestAProbeRedirectedToAnotherHostWarnsInAnEvent(t *testing.T) {
+	const node = "cri-probe-warning"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://0.0.0.0/", http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().(*net.TCPAddr)
+
+	pod := busybox("redirected", node, env.Busybox, sleepScript)
+	pod.Spec.Containers[0].LivenessProbe = &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Host: addr.IP.String(), Port: intstr.FromInt(addr.Port), Path: "/redirect",
+		}},
+		PeriodSeconds: 1, FailureThreshold: 1,
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := `Liveness probe warning: Probe terminated redirects, Response body: <a href="http://0.0.0.0/">Found</a>.`
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=redirected,reason=ProbeWarning"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && strings.HasPrefix(e.Message, want) && e.InvolvedObject.FieldPath == "spec.containers{main}" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("ProbeWarning Events %+v", events.Items)
+	})
+	if got := testenv.WaitPod(t, ns, "redirected", "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }); got.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("the container restarted %d times; a redirect to another host is a pass", got.Status.ContainerStatuses[0].RestartCount)
 	}
 }
