@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
@@ -216,12 +217,15 @@ func TestPodLevelResourcesAreReportedAndResized(t *testing.T) {
 	// The API server lets a client resize pod-level resources only on a node
 	// that declares the feature; the node controller, which is not under test
 	// here, declares its provider's.
-	n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.DeclaredFeatures = []string{"InPlacePodLevelResourcesVerticalScaling"}
-	if _, err := c.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.DeclaredFeatures = []string{"InPlacePodLevelResourcesVerticalScaling"}
+		_, err = c.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	createPod(t, c, ns, node, appPod("whole", func(s *corev1.PodSpec) { s.Resources = podLevel("100m", "200m") }))
