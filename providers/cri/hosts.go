@@ -55,7 +55,10 @@ func sandboxHostname(pod *corev1.Pod, clusterDomain string) (string, error) {
 // a subdomain), then the pod's hostAliases.
 func managedHostsFile(podIPs []string, hostname, domain string, aliases []corev1.HostAlias) []byte {
 	var b strings.Builder
-	b.WriteString("# This pod's hosts file, managed by vkubelet: edits last until a container of the pod starts.\n")
+	// The first line is the one by which tools (Kubernetes' e2e tests among
+	// them) tell a hosts file the node manages from the image's.
+	b.WriteString("# Kubernetes-managed hosts file.\n")
+	b.WriteString("# Written by vkubelet for this pod: edits last until a container of the pod starts.\n")
 	b.WriteString("127.0.0.1\tlocalhost\n")
 	b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
 	b.WriteString("fe00::0\tip6-localnet\n")

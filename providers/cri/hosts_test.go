@@ -65,8 +65,8 @@ func TestManagedHostsFile(t *testing.T) {
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("hosts file:\n%s\nwant the lines:\n%s", got, strings.Join(want, "\n"))
 	}
-	if !strings.HasPrefix(got, "#") {
-		t.Errorf("no header comment:\n%s", got)
+	if !strings.HasPrefix(got, "# Kubernetes-managed hosts file.\n") {
+		t.Errorf("not the header by which tools know a managed hosts file:\n%s", got)
 	}
 	if got := nonComment(string(managedHostsFile([]string{"10.88.0.5"}, "web", "", nil))); got[len(got)-1] != "10.88.0.5\tweb" {
 		t.Errorf("without a subdomain the pod's line is %q", got[len(got)-1])
@@ -115,6 +115,9 @@ func TestEtcHostsIsManaged(t *testing.T) {
 	out, err := execOut(t, p, pod, "main", "cat", "/etc/hosts")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "# Kubernetes-managed hosts file.\n") {
+		t.Errorf("the pod's /etc/hosts does not start with the managed header:\n%s", out)
 	}
 	for _, want := range []string{
 		"127.0.0.1\tlocalhost\n",
