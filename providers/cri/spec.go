@@ -412,12 +412,11 @@ func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.M
 			if filepath.IsAbs(vm.SubPath) || strings.Contains(filepath.ToSlash(filepath.Clean(vm.SubPath)), "..") {
 				return nil, fmt.Errorf("container %s: volumeMount %q: bad subPath %q", c.Name, vm.Name, vm.SubPath)
 			}
+			root := host
 			host = filepath.Join(host, vm.SubPath)
 			if vol.EmptyDir != nil || vol.HostPath != nil {
-				if _, err := os.Stat(host); os.IsNotExist(err) {
-					if err := os.MkdirAll(host, 0o755); err != nil {
-						return nil, err
-					}
+				if err := makeSubPath(root, vm.SubPath); err != nil {
+					return nil, fmt.Errorf("container %s: volumeMount %q: subPath %q: %w", c.Name, vm.Name, vm.SubPath, err)
 				}
 			}
 		}
@@ -428,6 +427,34 @@ func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.M
 		})
 	}
 	return out, nil
+}
+
+// makeSubPath makes the directories of subPath missing under the volume's
+// directory root with root's own mode (its permissions and its setgid and
+// sticky bits, whatever the umask), as the kubelet makes them: an fsGroup or
+// every user that may write in the volume may write in them too.
+func makeSubPath(root, subPath string) error {
+	info, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	mode := info.Mode() & (os.ModePerm | os.ModeSetgid | os.ModeSticky)
+	dir := root
+	for _, part := range strings.Split(filepath.Clean(subPath), string(filepath.Separator)) {
+		dir = filepath.Join(dir, part)
+		if _, err := os.Lstat(dir); err == nil {
+			continue
+		} else if !os.IsNotExist(err) {
+			return err
+		}
+		if err := os.Mkdir(dir, mode.Perm()); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkRunAsNonRoot refuses to run container c of the pod as root when its

@@ -175,3 +175,27 @@ func TestComputeStatusPhase(t *testing.T) {
 		}
 	}
 }
+
+// A missing subPath is made with the volume's mode, setgid and sticky bits
+// included, whatever the umask, as the kubelet makes it.
+func TestASubPathIsMadeWithTheVolumesMode(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o777|os.ModeSetgid|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeSubPath(root, "a/b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"a", "a/b"} {
+		info, err := os.Stat(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := info.Mode(), os.ModeDir|0o777|os.ModeSetgid|os.ModeSticky; got != want {
+			t.Errorf("%s has mode %v, want %v", dir, got, want)
+		}
+	}
+	if err := makeSubPath(root, "a/b"); err != nil {
+		t.Errorf("again, on directories that exist: %v", err)
+	}
+}

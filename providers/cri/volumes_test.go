@@ -122,3 +122,31 @@ func TestMemoryEmptyDirIsATmpfs(t *testing.T) {
 		return len(m) == 0 && os.IsNotExist(err), strings.Join(m, " ")
 	})
 }
+
+// A subPath of an emptyDir that does not exist yet is made with the volume's
+// own mode, so that the pod's fsGroup and every user that may write in the
+// volume may write in it, as on a kubelet.
+func TestASubPathOfAnEmptyDirHasTheVolumesMode(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	pod := busyboxPod("subpath", sleepForever)
+	pod.Spec.HostNetwork = true
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(int64(123))}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+		{Name: "v", MountPath: "/whole"},
+		{Name: "v", MountPath: "/sub", SubPath: "test-sub"},
+	}
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	out, err := execOut(t, p, pod, "main", "stat", "-c", "%A %g", "/whole", "/sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(out)
+	if len(lines) != 4 || lines[0] != lines[2] || lines[3] != "123" || !strings.Contains(lines[0], "rwxrwsrwx") && !strings.Contains(lines[0], "rwxrwsrwt") {
+		t.Errorf("stat of the volume and of its subPath: %q; want the same world-writable setgid mode, group 123", out)
+	}
+}
