@@ -61,15 +61,18 @@ func (p *Provider) volumeHostPath(pod *corev1.Pod, vol *corev1.Volume) (string, 
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return "", false, err
 		}
+		// World-writable whatever the umask, as the kubelet makes it: containers
+		// running as another user than root (the vkubelet image's 65532, for
+		// one) must write to their emptyDir.
+		mode := os.FileMode(0o777)
 		if vol.EmptyDir.Medium == corev1.StorageMediumMemory {
 			if err := p.mountTmpfs(dir, memoryVolumeSize(pod, vol.EmptyDir, p.nodeMemory())); err != nil {
 				return "", false, fmt.Errorf("emptyDir %q: %w", vol.Name, err)
 			}
+			// A tmpfs's own root mode, sticky, which the kubelet's keeps.
+			mode |= os.ModeSticky
 		}
-		// World-writable whatever the umask, as the kubelet makes it: containers
-		// running as another user than root (the vkubelet image's 65532, for
-		// one) must write to their emptyDir.
-		if err := os.Chmod(dir, 0o777); err != nil {
+		if err := os.Chmod(dir, mode); err != nil {
 			return "", false, err
 		}
 		return dir, false, setVolumeOwnership(dir, fsGroup(pod), false)
@@ -209,7 +212,7 @@ func setVolumeOwnership(dir string, gid *int64, readOnly bool) error {
 		if info.Mode()&os.ModeSymlink != 0 {
 			return nil
 		}
-		mode := info.Mode()&(os.ModePerm|os.ModeSetgid) | mask
+		mode := info.Mode()&(os.ModePerm|os.ModeSetgid|os.ModeSticky) | mask
 		if info.IsDir() {
 			mode |= os.ModeSetgid | 0o110
 		}

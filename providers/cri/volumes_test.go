@@ -146,7 +146,8 @@ func TestASubPathOfAnEmptyDirHasTheVolumesMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Fields(out)
-	if len(lines) != 4 || lines[0] != lines[2] || lines[3] != "123" || !strings.Contains(lines[0], "rwxrwsrwx") && !strings.Contains(lines[0], "rwxrwsrwt") {
-		t.Errorf("stat of the volume and of its subPath: %q; want the same world-writable setgid mode, group 123", out)
+	// drwxrwsrwt: a tmpfs's sticky root, the fsGroup's setgid bit.
+	if len(lines) != 4 || lines[0] != "drwxrwsrwt" || lines[2] != lines[0] || lines[1] != "123" || lines[3] != "123" {
+		t.Errorf("stat of the volume and of its subPath: %q; want both drwxrwsrwt, group 123", out)
 	}
 }
