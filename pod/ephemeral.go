@@ -67,16 +67,19 @@ func ephemeralNotRun(p *corev1.Pod, msg string) (statuses []corev1.ContainerStat
 	return statuses, added
 }
 
-// startedEnv is the environment of a running pod's containers on an update: each
-// container keeps the one the pod started with (started), as the kubelet never
-// changes a running container's; a container the pod did not have then (an
-// ephemeral container added since) gets its environment as resolved now (now),
-// as the kubelet resolves it when it starts the container. started is returned
-// itself when no container is new; it is shared and never changed.
-func startedEnv(started, now map[string][]corev1.EnvVar) map[string][]corev1.EnvVar {
+// startedEnv is the environment of a running pod's containers on an update: a
+// container running keeps the one it started with (started), as the kubelet
+// never changes a running container's; any other (one waiting to be created,
+// an ephemeral container added since) gets its environment as resolved now
+// (now), as the kubelet resolves it when it starts the container: a
+// variable from an annotation added since, say, reaches a container that could
+// not start without it. running reports whether a container runs. started is
+// returned itself when every container keeps its own; it is shared and never
+// changed.
+func startedEnv(started, now map[string][]corev1.EnvVar, running func(name string) bool) map[string][]corev1.EnvVar {
 	var out map[string][]corev1.EnvVar
 	for name, env := range now {
-		if _, ok := started[name]; ok {
+		if old, ok := started[name]; ok && (running(name) || slices.Equal(old, env)) {
 			continue
 		}
 		if out == nil {
@@ -88,4 +91,16 @@ func startedEnv(started, now map[string][]corev1.EnvVar) map[string][]corev1.Env
 		return started
 	}
 	return out
+}
+
+// containerRunning reports whether status shows container name running.
+func containerRunning(status *corev1.PodStatus, name string) bool {
+	for _, list := range [][]corev1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses, status.EphemeralContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return list[i].State.Running != nil
+			}
+		}
+	}
+	return false
 }

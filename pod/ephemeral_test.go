@@ -186,10 +186,13 @@ func TestStartedEnv(t *testing.T) {
 			map[string][]corev1.EnvVar{"c": v("new"), "debugger": v("new")},
 			map[string][]corev1.EnvVar{"c": v("old"), "debugger": v("new")}, false},
 		{"a container without env", map[string][]corev1.EnvVar{"c": nil}, map[string][]corev1.EnvVar{"c": v("new")}, map[string][]corev1.EnvVar{"c": nil}, true},
+		{"a container not running", map[string][]corev1.EnvVar{"c": v("old"), "waiting": v("old")},
+			map[string][]corev1.EnvVar{"c": v("new"), "waiting": v("new")},
+			map[string][]corev1.EnvVar{"c": v("old"), "waiting": v("new")}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(tc.started)
-			got := startedEnv(tc.started, tc.now)
+			got := startedEnv(tc.started, tc.now, func(name string) bool { return name != "waiting" })
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}

@@ -240,7 +240,7 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 			return fmt.Errorf("resolving %s: %w", key, err)
 		}
 		if st.env != nil {
-			rp.Env = startedEnv(st.env, rp.Env)
+			rp.Env = startedEnv(st.env, rp.Env, func(name string) bool { return containerRunning(&p.Status, name) })
 		}
 	}
 	last, err := st.lastPod.Decode()

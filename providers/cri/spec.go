@@ -243,7 +243,7 @@ func (p *Provider) containerConfig(pod *corev1.Pod, c *corev1.Container, env []c
 		return nil, fmt.Errorf("container %s is privileged, which this node does not allow", c.Name)
 	}
 	env = withPodIPs(c, env, p.envPodIPs(pod, podIP))
-	mounts, err := p.mounts(pod, c)
+	mounts, err := p.mounts(pod, c, env)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +392,7 @@ func (p *Provider) securityContext(pod *corev1.Pod, c *corev1.Container) *runtim
 }
 
 // mounts are the bind mounts of c's volumeMounts.
-func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.Mount, error) {
+func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container, env []corev1.EnvVar) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	for _, vm := range c.VolumeMounts {
 		var vol *corev1.Volume
@@ -408,15 +408,22 @@ func (p *Provider) mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.M
 		if err != nil {
 			return nil, err
 		}
-		if vm.SubPath != "" {
-			if filepath.IsAbs(vm.SubPath) || strings.Contains(filepath.ToSlash(filepath.Clean(vm.SubPath)), "..") {
-				return nil, fmt.Errorf("container %s: volumeMount %q: bad subPath %q", c.Name, vm.Name, vm.SubPath)
+		subPath := vm.SubPath
+		if vm.SubPathExpr != "" {
+			// $(VAR) from the container's environment, as in its command: a
+			// reference to a variable left empty can make it absolute, which
+			// is refused below until the pod's update fills it in.
+			subPath = providerutil.ExpandCommand([]string{vm.SubPathExpr}, env)[0]
+		}
+		if subPath != "" {
+			if filepath.IsAbs(subPath) || slices.Contains(strings.Split(filepath.ToSlash(subPath), "/"), "..") {
+				return nil, fmt.Errorf("container %s: volumeMount %q: subPath %q must be a relative path without '..'", c.Name, vm.Name, subPath)
 			}
 			root := host
-			host = filepath.Join(host, vm.SubPath)
+			host = filepath.Join(host, subPath)
 			if vol.EmptyDir != nil || vol.HostPath != nil {
-				if err := makeSubPath(root, vm.SubPath); err != nil {
-					return nil, fmt.Errorf("container %s: volumeMount %q: subPath %q: %w", c.Name, vm.Name, vm.SubPath, err)
+				if err := makeSubPath(root, subPath); err != nil {
+					return nil, fmt.Errorf("container %s: volumeMount %q: subPath %q: %w", c.Name, vm.Name, subPath, err)
 				}
 			}
 		}
