@@ -77,6 +77,8 @@ func envValue(env []corev1.EnvVar, name string) string {
 func TestAddedEphemeralContainerReachesARunnerAsAnUpdate(t *testing.T) {
 	pod := newPod("a")
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{envFromConf("K")}
+	// Running, as the API says: it keeps the environment it started with.
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	f := newFixture(t, pod, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "conf"}, Data: map[string]string{"k": "v1"}})
 	prov := &ephemeralProvider{resolvingProvider: &resolvingProvider{fakeProvider: f.provider}, runs: true}
 	f.startWith(prov)
