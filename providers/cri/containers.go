@@ -46,11 +46,12 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 			if !sidecar {
 				return started
 			}
+			p.restartIfResized(ctx, rec, pod, c, st)
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			if st.cur.ExitCode == 0 && !sidecar {
 				continue
 			}
-			if sidecar || shouldRestart(c, pod, st.cur.ExitCode) {
+			if sidecar || shouldRestart(c, pod, st.cur.ExitCode) || startsAgain(st) {
 				started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 			}
 			return started
@@ -69,6 +70,8 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 				// UpdatePod changed the image: stop the container, its restart uses the new one.
 				p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
 				st.backoffFor, st.retryAt = st.cur.Id, time.Time{} // restart at once
+			} else {
+				p.restartIfResized(ctx, rec, pod, c, st)
 			}
 		}
 		switch {
@@ -77,7 +80,7 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		case st.stale && st.cur.State != runtimeapi.ContainerState_CONTAINER_EXITED:
 			// Created, or never seen stopped, in a sandbox that is gone.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
-		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(c, pod, st.cur.ExitCode):
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && (shouldRestart(c, pod, st.cur.ExitCode) || startsAgain(st)):
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
 			started = p.startCreatedWithHook(ctx, rec, pod, c, st) || started
@@ -232,6 +235,8 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		return fail("CreateContainerConfigError", err)
 	}
 	withTarget(cfg.Linux.SecurityContext.NamespaceOptions, target)
+	recordResources(cfg, c)
+	cfg.Linux.Resources.OomScoreAdj = p.oomScoreAdj(pod, c)
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,
 		Config:        cfg,

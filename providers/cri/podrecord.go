@@ -72,6 +72,9 @@ type ctrState struct {
 	// stale: cur ran in an earlier sandbox of the pod, so it is not running now
 	// whatever its last state said, and an init container runs again.
 	stale bool
+	// restartNow is the instance stopped to be started again at once, whatever
+	// its exit: to resize it (resizerestart.go).
+	restartNow string
 
 	// Why the container is waiting, when it is (image pull, back-off, create errors).
 	waitReason, waitMessage string
