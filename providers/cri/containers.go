@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,9 +38,10 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		case st.cur == nil:
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 			return started
-		case st.stale:
-			// A new sandbox runs the init containers again, as the kubelet's does;
-			// their restart count goes on from the earlier sandbox's.
+		case st.stale || st.reset:
+			// A new sandbox, or a new round after a RestartAllContainers, runs
+			// the init containers again, as the kubelet's does; their restart
+			// count goes on from the earlier instance's.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 			return started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
@@ -75,7 +77,9 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 			}
 		}
 		switch {
-		case st.cur == nil:
+		case st.cur == nil, st.reset:
+			// Never ran, or ran in the pod's round before a RestartAllContainers:
+			// it starts as in a new pod.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 		case st.stale && st.cur.State != runtimeapi.ContainerState_CONTAINER_EXITED:
 			// Created, or never seen stopped, in a sandbox that is gone.
@@ -139,7 +143,7 @@ func initContainersDone(rec *podRecord, pod *corev1.Pod) bool {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		st := rec.ctrs[c.Name]
-		if st == nil || st.cur == nil || st.stale {
+		if st == nil || st.cur == nil || st.stale || st.reset {
 			return false
 		}
 		if isSidecar(c) {
@@ -235,6 +239,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		return fail("CreateContainerConfigError", err)
 	}
 	withTarget(cfg.Linux.SecurityContext.NamespaceOptions, target)
+	cfg.Labels[labelRound] = strconv.FormatUint(uint64(rec.round), 10)
 	recordResources(cfg, c)
 	cfg.Linux.Resources.OomScoreAdj = p.oomScoreAdj(pod, c)
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{

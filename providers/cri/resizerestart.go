@@ -82,7 +82,8 @@ func (p *Provider) restartIfResized(ctx context.Context, rec *podRecord, pod *co
 }
 
 // startsAgain reports whether the container of st, exited, is to be started
-// again whatever its restart policy says: stopped to be resized.
+// again whatever its restart policy says: stopped to be resized, or reset by a
+// RestartAllContainers (restartall.go).
 func startsAgain(st *ctrState) bool {
-	return st != nil && st.cur != nil && st.restartNow != "" && st.restartNow == st.cur.Id
+	return st != nil && st.cur != nil && (st.reset || (st.restartNow != "" && st.restartNow == st.cur.Id))
 }

@@ -166,6 +166,11 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 		cond(corev1.PodReady, ready, readyReason, readyMsg),
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: pod.CreationTimestamp},
 	}
+	if mayRestartAll(pod) {
+		c := allContainersRestarting(rec, s.Phase)
+		c.LastTransitionTime = now
+		s.Conditions = append(s.Conditions, c)
+	}
 	return s
 }
 

@@ -110,6 +110,12 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 		}
 	}
 	if !rec.terminal {
+		if trigger := restartAllTrigger(rec, pod); trigger != "" {
+			p.restartAll(ctx, rec, pod, trigger)
+			if err := p.refresh(ctx, rec, pod); err != nil {
+				return false
+			}
+		}
 		if p.startContainers(ctx, rec, pod, env, creds) {
 			if err := p.refresh(ctx, rec, pod); err != nil {
 				return false

@@ -152,6 +152,7 @@ func TestComputeStatusPhase(t *testing.T) {
 		{"never, exit 3", corev1.RestartPolicyNever, &ctrState{cur: exited(3)}, true, corev1.PodFailed},
 		{"on failure, exit 0", corev1.RestartPolicyOnFailure, &ctrState{cur: exited(0)}, true, corev1.PodSucceeded},
 		{"always, back-off", corev1.RestartPolicyAlways, &ctrState{cur: exited(1), waitReason: "CrashLoopBackOff"}, true, corev1.PodRunning},
+		{"never, killed by a RestartAllContainers", corev1.RestartPolicyNever, &ctrState{cur: exited(137), reset: true}, true, corev1.PodRunning},
 		{"on failure, stopped 0 to be resized", corev1.RestartPolicyOnFailure, &ctrState{cur: exited(0), restartNow: "x"}, true, corev1.PodRunning},
 	}
 	for _, c := range cases {
