@@ -20,8 +20,10 @@ import (
 // goes up, their last state is the instance stopped, even one that exited 0
 // under restartPolicy OnFailure; a sidecar as an app container), while a
 // container resizable in place in the same resize keeps running; the
-// restarted containers' processes have the oom_score_adj of a guaranteed pod,
-// and nothing is left pending.
+// restarted containers' processes have the kubelet's oom_score_adj for their
+// new memory request (the pod is burstable: a guaranteed pod's -997 is more
+// than the test's containerd may set, restrict_oom_score_adj), and nothing is
+// left pending.
 func TestAResizeThatNeedsARestartRestartsTheContainer(t *testing.T) {
 	const node = "cri-e2e-resize-restart"
 	env := startNode(t, node)
@@ -44,6 +46,7 @@ func TestAResizeThatNeedsARestartRestartsTheContainer(t *testing.T) {
 	main.Name, main.Resources, main.ResizePolicy = "restarted", res("48Mi"), restartOnMemory
 	inPlace := pod.Spec.Containers[0]
 	inPlace.Name, inPlace.Resources = "inplace", res("48Mi")
+	inPlace.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi"), corev1.ResourceCPU: resource.MustParse("200m")} // burstable
 	sidecar := pod.Spec.Containers[0]
 	sidecar.Name, sidecar.Resources, sidecar.ResizePolicy = "sidecar", res("48Mi"), restartOnMemory
 	sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
@@ -104,9 +107,15 @@ func TestAResizeThatNeedsARestartRestartsTheContainer(t *testing.T) {
 			return err == nil && out == want, fmt.Sprintf("%s: memory limit %q, %v; want %q", name, out, err, want)
 		})
 	}
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := n.Status.Capacity[corev1.ResourceMemory]
+	want := fmt.Sprintf("%d\n", min(max(1000-1000*(64<<20)/capacity.Value(), 3), 999))
 	for _, name := range []string{"restarted", "sidecar"} {
-		if out, err := testenv.Exec(t, ns, "resized", name, "cat", "/proc/1/oom_score_adj"); err != nil || out != "-997\n" {
-			t.Errorf("%s: oom_score_adj %q, %v; want -997, a guaranteed pod's", name, out, err)
+		if out, err := testenv.Exec(t, ns, "resized", name, "cat", "/proc/1/oom_score_adj"); err != nil || out != want {
+			t.Errorf("%s: oom_score_adj %q, %v; want %q, that of a burstable container requesting 64Mi of %s", name, out, err, want, capacity.String())
 		}
 	}
 }
