@@ -56,6 +56,11 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 			if sidecar || shouldRestart(c, pod, st.cur.ExitCode) || startsAgain(st) {
 				started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 			}
+			if sidecar && appsStarted(rec, pod) {
+				// Once the app containers have started, a sidecar restarts
+				// beside them, as on a kubelet: the pod stays initialized.
+				continue
+			}
 			return started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
 			return p.startCreatedWithHook(ctx, rec, pod, c, st) || started
@@ -155,6 +160,17 @@ func initContainersDone(rec *podRecord, pod *corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// appsStarted reports whether one of the pod's app containers has been started
+// in the current sandbox and round: the pod has been initialized.
+func appsStarted(rec *podRecord, pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if st := rec.ctrs[c.Name]; st != nil && st.cur != nil && !st.stale && !st.reset {
+			return true
+		}
+	}
+	return false
 }
 
 // ranAny reports whether one of the pod's init or app containers has run.
