@@ -67,18 +67,17 @@ func restartForResize(c *corev1.Container, cur *runtimeapi.ContainerStatus) (cor
 
 // restartIfResized stops container c, running as st.cur, if a resize needs it
 // restarted (restartForResize), and marks it to start again at once with the
-// pod's next sync, which it asks for. It reports whether it stopped it.
-func (p *Provider) restartIfResized(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState) bool {
+// pod's next sync, which it asks for.
+func (p *Provider) restartIfResized(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState) {
 	res, ok := restartForResize(c, st.cur)
 	if !ok {
-		return false
+		return
 	}
 	p.log.Info("restarting a container to resize it, as its resizePolicy asks", "pod", rec.key, "container", c.Name, "resource", res)
 	p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
 	st.restartNow = st.cur.Id
 	st.backoffFor, st.retryAt = st.cur.Id, time.Time{} // no back-off: this is no crash
 	rec.wakeUp()
-	return true
 }
 
 // startsAgain reports whether the container of st, exited, is to be started

@@ -81,10 +81,10 @@ func restartAllTrigger(rec *podRecord, pod *corev1.Pod) string {
 
 // restartAll kills the pod's init and app containers still running, app
 // containers first and the last in the spec first, as the kubelet does, and
-// begins a new round once they are all stopped. A container that would not
-// stop leaves the round as it is: the trigger is still there at the next sync,
-// which tries again.
-func (p *Provider) restartAll(ctx context.Context, rec *podRecord, pod *corev1.Pod, trigger string) {
+// begins a new round once they are all stopped. It reports whether it did: a
+// container that would not stop leaves the round as it is, and the trigger
+// still there for the next sync to try again.
+func (p *Provider) restartAll(ctx context.Context, rec *podRecord, pod *corev1.Pod, trigger string) bool {
 	p.log.Info("restarting all containers of the pod, as a restartPolicyRules of the container that exited asks", "pod", rec.key, "container", trigger, "exitCode", rec.ctrs[trigger].cur.ExitCode)
 	rec.restartingAll = true
 	p.publish(rec, computeStatus(rec, pod, p.hostIPNow()))
@@ -106,7 +106,7 @@ func (p *Provider) restartAll(ctx context.Context, rec *podRecord, pod *corev1.P
 		}
 	}
 	if !stopped {
-		return
+		return false
 	}
 	rec.round++
 	for _, c := range all {
@@ -116,6 +116,7 @@ func (p *Provider) restartAll(ctx context.Context, rec *podRecord, pod *corev1.P
 			st.retryAt, st.waitReason, st.waitMessage = time.Time{}, "", ""
 		}
 	}
+	return true
 }
 
 // allContainersRestarting is the pod's condition AllContainersRestarting, for a
