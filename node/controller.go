@@ -36,6 +36,10 @@ type Controller struct {
 	nodeProvider provider.NodeProvider
 	// configurer is Config.Provider as a NodeConfigurer, nil if it is not one.
 	configurer provider.NodeConfigurer
+	// declaresFeatures: Config.Provider is a provider.FeatureDeclarer, so the
+	// node's status.declaredFeatures is the provider's (set by configure);
+	// otherwise the controller never writes that field.
+	declaresFeatures bool
 
 	// nodeGone is signalled (1 slot, never blocks) by the informer on our node when
 	// it is deleted or replaced, so that Run registers it again at once.

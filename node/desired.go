@@ -268,13 +268,18 @@ func metadataPatch(current, desired *corev1.Node, dropProviderTaint bool) ([]byt
 // writes our status at now: our conditions (merged by type, so conditions of others
 // survive), capacity and allocatable (merged by resource name; resources we wrote
 // before, in written, and no longer report are removed), addresses (replaced whole:
-// their merge key, type, is not unique), daemonEndpoints and nodeInfo. current is
-// the node as last read, for the transition times of the conditions; written may be nil.
-func statusPatch(current *corev1.Node, written writtenResources, desired *corev1.NodeStatus, now time.Time) ([]byte, error) {
+// their merge key, type, is not unique), daemonEndpoints and nodeInfo, and, with
+// declares, declaredFeatures (an atomic list, replaced whole; removed when
+// empty). current is the node as last read, for the transition times of the
+// conditions; written may be nil.
+func statusPatch(current *corev1.Node, written writtenResources, desired *corev1.NodeStatus, declares bool, now time.Time) ([]byte, error) {
 	status := map[string]any{
 		"conditions":      conditionsAt(current.Status.Conditions, desired.Conditions, now),
 		"daemonEndpoints": desired.DaemonEndpoints,
 		"nodeInfo":        desired.NodeInfo,
+	}
+	if declares {
+		status["declaredFeatures"] = desired.DeclaredFeatures // nil deletes
 	}
 	if r := resourcesPatch(written.capacity, desired.Capacity); len(r) > 0 {
 		status["capacity"] = r

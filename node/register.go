@@ -59,7 +59,7 @@ func (c *Controller) writeNode(ctx context.Context) error {
 	if err := c.patchMetadata(ctx, cur, desired); err != nil {
 		return err
 	}
-	patch, err := statusPatch(cur, c.written, &desired.Status, now)
+	patch, err := statusPatch(cur, c.written, &desired.Status, c.declaresFeatures, now)
 	if err != nil {
 		return err
 	}

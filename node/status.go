@@ -5,13 +5,16 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vkubelet/vkubelet/provider"
 )
 
 // This file holds the node the controller means to register: built once from the
 // config and the provider's ConfigureNode, then updated by what the provider
 // reports through NotifyNodeStatus.
 
-// configure builds the desired node from the config and the provider's ConfigureNode.
+// configure builds the desired node from the config, the provider's ConfigureNode
+// and the features it declares (provider.FeatureDeclarer).
 func (c *Controller) configure(ctx context.Context) {
 	n := desiredNode(c.cfg)
 	if c.configurer != nil {
@@ -27,6 +30,10 @@ func (c *Controller) configure(ctx context.Context) {
 	}
 	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
 	withOperatorSettings(n, c.cfg)
+	if features, ok := provider.DeclaredFeatures(c.cfg.Provider); ok {
+		c.declaresFeatures = true
+		n.Status.DeclaredFeatures = declaredFeatures(features, c.log)
+	}
 	c.setDesired(n)
 }
 

@@ -109,6 +109,33 @@ func ResizesInPlace(p any) bool {
 	return ok && r.ResizesInPlace()
 }
 
+// FeatureDeclarer is implemented by providers that support features a node
+// declares in status.declaredFeatures (Kubernetes' NodeDeclaredFeatures): the
+// API server refuses a pod update that needs a feature its node has not
+// declared ("pod update requires features ..."), and the scheduler keeps pods
+// that need one off nodes that lack it. The node controller writes the names
+// the provider gives, sorted and without duplicates, as a kubelet declares its
+// own. A provider that is no FeatureDeclarer declares nothing, and the node
+// leaves status.declaredFeatures as it finds it.
+type FeatureDeclarer interface {
+	// DeclaredFeatures names the features the provider supports, by the names
+	// of k8s.io/component-helpers/nodedeclaredfeatures (its features package
+	// exports them, e.g. restartallcontainers.RestartAllContainersOnContainerExits).
+	// It is read once, when the node is registered; a provider standing for
+	// another one answers for it.
+	DeclaredFeatures() []string
+}
+
+// DeclaredFeatures returns the features p declares (FeatureDeclarer), and
+// whether it is a FeatureDeclarer at all.
+func DeclaredFeatures(p any) ([]string, bool) {
+	d, ok := p.(FeatureDeclarer)
+	if !ok {
+		return nil, false
+	}
+	return d.DeclaredFeatures(), true
+}
+
 // PodNotifier is implemented by providers that push status changes instead of being
 // polled.
 type PodNotifier interface {

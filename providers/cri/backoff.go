@@ -13,13 +13,15 @@ import (
 
 // shouldRestart reports whether container c of the pod, which exited with
 // exitCode, is to be started again, as the kubelet decides it: by the first of
-// the container's restartPolicyRules that matches the exit code, else by its
-// own restartPolicy, else by the pod's. (Rules count only with a container
-// restartPolicy, which the API requires of them.)
+// the container's restartPolicyRules that matches the exit code (Restart, or
+// RestartAllContainers: restartall.go), else by its own restartPolicy, else by
+// the pod's. (Rules count only with a container restartPolicy, which the API
+// requires of them.)
 func shouldRestart(c *corev1.Container, pod *corev1.Pod, exitCode int32) bool {
 	if c.RestartPolicy != nil {
-		for _, rule := range c.RestartPolicyRules {
-			if rule.Action == corev1.ContainerRestartRuleActionRestart && exitCodesMatch(rule.ExitCodes, exitCode) {
+		if rule, ok := firstMatchingRule(c, exitCode); ok {
+			switch rule.Action {
+			case corev1.ContainerRestartRuleActionRestart, corev1.ContainerRestartRuleActionRestartAllContainers:
 				return true
 			}
 		}
@@ -40,6 +42,17 @@ func shouldRestart(c *corev1.Container, pod *corev1.Pod, exitCode int32) bool {
 	default:
 		return true
 	}
+}
+
+// firstMatchingRule is the first of c's restartPolicyRules whose exit codes
+// match exitCode.
+func firstMatchingRule(c *corev1.Container, exitCode int32) (corev1.ContainerRestartRule, bool) {
+	for _, rule := range c.RestartPolicyRules {
+		if exitCodesMatch(rule.ExitCodes, exitCode) {
+			return rule, true
+		}
+	}
+	return corev1.ContainerRestartRule{}, false
 }
 
 // exitCodesMatch reports whether a rule's exit codes match code.

@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,21 +38,28 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 		case st.cur == nil:
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 			return started
-		case st.stale:
-			// A new sandbox runs the init containers again, as the kubelet's does;
-			// their restart count goes on from the earlier sandbox's.
+		case st.stale || st.reset:
+			// A new sandbox, or a new round after a RestartAllContainers, runs
+			// the init containers again, as the kubelet's does; their restart
+			// count goes on from the earlier instance's.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 			return started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
 			if !sidecar {
 				return started
 			}
+			p.restartIfResized(ctx, rec, pod, c, st)
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			if st.cur.ExitCode == 0 && !sidecar {
 				continue
 			}
-			if sidecar || shouldRestart(c, pod, st.cur.ExitCode) {
+			if sidecar || shouldRestart(c, pod, st.cur.ExitCode) || startsAgain(st) {
 				started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
+			}
+			if sidecar && appsStarted(rec, pod) {
+				// Once the app containers have started, a sidecar restarts
+				// beside them, as on a kubelet: the pod stays initialized.
+				continue
 			}
 			return started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
@@ -69,15 +77,19 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 				// UpdatePod changed the image: stop the container, its restart uses the new one.
 				p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
 				st.backoffFor, st.retryAt = st.cur.Id, time.Time{} // restart at once
+			} else {
+				p.restartIfResized(ctx, rec, pod, c, st)
 			}
 		}
 		switch {
-		case st.cur == nil:
+		case st.cur == nil, st.reset:
+			// Never ran, or ran in the pod's round before a RestartAllContainers:
+			// it starts as in a new pod.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
 		case st.stale && st.cur.State != runtimeapi.ContainerState_CONTAINER_EXITED:
 			// Created, or never seen stopped, in a sandbox that is gone.
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, false) || started
-		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && shouldRestart(c, pod, st.cur.ExitCode):
+		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && (shouldRestart(c, pod, st.cur.ExitCode) || startsAgain(st)):
 			started = p.tryStart(ctx, rec, pod, c, env[c.Name], creds, st, true) || started
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_CREATED:
 			started = p.startCreatedWithHook(ctx, rec, pod, c, st) || started
@@ -136,7 +148,7 @@ func initContainersDone(rec *podRecord, pod *corev1.Pod) bool {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		st := rec.ctrs[c.Name]
-		if st == nil || st.cur == nil || st.stale {
+		if st == nil || st.cur == nil || st.stale || st.reset {
 			return false
 		}
 		if isSidecar(c) {
@@ -148,6 +160,17 @@ func initContainersDone(rec *podRecord, pod *corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// appsStarted reports whether one of the pod's app containers has been started
+// in the current sandbox and round: the pod has been initialized.
+func appsStarted(rec *podRecord, pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if st := rec.ctrs[c.Name]; st != nil && st.cur != nil && !st.stale && !st.reset {
+			return true
+		}
+	}
+	return false
 }
 
 // ranAny reports whether one of the pod's init or app containers has run.
@@ -232,6 +255,9 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		return fail("CreateContainerConfigError", err)
 	}
 	withTarget(cfg.Linux.SecurityContext.NamespaceOptions, target)
+	cfg.Labels[labelRound] = strconv.FormatUint(uint64(rec.round), 10)
+	recordResources(cfg, c)
+	cfg.Linux.Resources.OomScoreAdj = p.oomScoreAdj(pod, c)
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,
 		Config:        cfg,

@@ -11,7 +11,10 @@
 // the init containers one at a time in order, then the app containers
 // (containers.go); images pulled according to the pull policy, with the pod's pull
 // credentials; crashed containers restarted according to restartPolicy after a
-// back-off (Config.BackoffBase doubling to Config.BackoffMax; backoff.go); liveness,
+// back-off (Config.BackoffBase doubling to Config.BackoffMax; backoff.go), or all
+// of them when a restartPolicyRules says RestartAllContainers (restartall.go);
+// resizes in place (resize.go), or by a restart where the resizePolicy asks
+// (resizerestart.go); liveness,
 // readiness and startup probes; postStart and preStop hooks (hooks.go); ephemeral containers (kubectl debug) started once
 // each, in the process namespace of their target container if they name one
 // (ephemeral.go); and the pod's status computed from what the runtime reports

@@ -60,7 +60,15 @@ type podRecord struct {
 	// deadlineExceeded: stopped for running longer than activeDeadlineSeconds.
 	deadlineExceeded bool
 	ctrs             map[string]*ctrState
-	volumesWritten   bool
+	// round counts the pod's RestartAllContainers (restartall.go): each
+	// container created carries the round it belongs to (labelRound), and
+	// one of an earlier round is reset. Read back from the containers after a
+	// restart of the provider.
+	round uint32
+	// restartingAll: the containers are being stopped for a RestartAllContainers,
+	// which the pod's status says (condition AllContainersRestarting).
+	restartingAll  bool
+	volumesWritten bool
 	// ephemeralEnded: the last state of ephemeral containers whose sandbox died;
 	// they are not started again (see endEphemeral).
 	ephemeralEnded map[string]*runtimeapi.ContainerStatus
@@ -72,6 +80,13 @@ type ctrState struct {
 	// stale: cur ran in an earlier sandbox of the pod, so it is not running now
 	// whatever its last state said, and an init container runs again.
 	stale bool
+	// reset: cur ran in an earlier round of the pod, before a
+	// RestartAllContainers (restartall.go): the container starts again as in a
+	// new pod, its restart count going on.
+	reset bool
+	// restartNow is the instance stopped to be started again at once, whatever
+	// its exit: to resize it (resizerestart.go).
+	restartNow string
 
 	// Why the container is waiting, when it is (image pull, back-off, create errors).
 	waitReason, waitMessage string

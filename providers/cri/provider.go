@@ -39,6 +39,8 @@ var (
 	_ provider.ContainerAttachProvider  = (*Provider)(nil)
 	_ provider.PortForwardProvider      = (*Provider)(nil)
 	_ provider.EphemeralContainerRunner = (*Provider)(nil)
+	_ provider.InPlaceResizer           = (*Provider)(nil)
+	_ provider.FeatureDeclarer          = (*Provider)(nil)
 )
 
 // Labels put on every sandbox and container the provider creates. labelNode finds

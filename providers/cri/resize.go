@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
 
@@ -22,15 +21,15 @@ func (p *Provider) ResizesInPlace() bool { return true }
 // and quota, memory limit), without restarting it, and the pod's own cgroup its
 // new limits (podcgroup.go). A change of the pod-level resources resizes the
 // containers that run under the pod's limits for want of their own. A
-// container not started yet starts with the new spec. A resize that a
-// container's resizePolicy says needs a restart is refused
-// (errdefs.InvalidInput, which the node shows as an Infeasible resize): this
-// provider does not restart containers to resize them.
+// container not started yet starts with the new spec. A container whose
+// resizePolicy says the resize needs a restart is left alone here: the pod's
+// goroutine restarts it with the new resources once the pod is stored
+// (resizerestart.go).
 func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *corev1.Pod) error {
 	var changed []corev1.Container
 	for _, r := range providerutil.ResizedContainers(old, pod) {
-		if res, restart := needsRestart(r.Container, r.Before); restart {
-			return errdefs.InvalidInput("cri: container %s: resizing its %s needs a restart (resizePolicy RestartContainer), and this provider resizes containers only in place", r.Container.Name, res)
+		if _, restart := needsRestart(r.Container, r.Before); restart {
+			continue
 		}
 		changed = append(changed, r.Container)
 	}

@@ -14,15 +14,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
 // A running container resized through UpdatePod gets its new memory limit and
 // CPU quota at once, in its own cgroup, without a restart; a resize its
-// resizePolicy says needs a restart is refused as InvalidInput and changes
-// nothing.
+// resizePolicy says needs a restart restarts it with the new limit.
 func TestARunningContainerIsResizedInPlace(t *testing.T) {
 	needRuntime(t)
 	p, _ := newProvider(t, testConfig(t))
@@ -76,11 +75,52 @@ func TestARunningContainerIsResizedInPlace(t *testing.T) {
 	restart.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
 	restart.Spec.Containers[0].Resources.Limits = limits("128Mi", "750m")
 	restart.Spec.Containers[0].Resources.Requests = limits("128Mi", "750m")
-	if err := p.UpdatePod(ctx, restart); !errdefs.IsInvalidInput(err) {
-		t.Errorf("a resize needing a restart: %v; want InvalidInput", err)
+	if err := p.UpdatePod(ctx, restart); err != nil {
+		t.Fatalf("a resize needing a restart: %v", err)
 	}
-	if mem, _ := cgroup(); mem != strconv.Itoa(96<<20) {
-		t.Errorf("after the refused resize the container sees memory %s; want %d still", mem, 96<<20)
+	eventually.True(t, 30*time.Second, func() (bool, string) {
+		st, err := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := st.ContainerStatuses[0]
+		return cs.RestartCount == 1 && cs.State.Running != nil && cs.LastTerminationState.Terminated != nil && cs.LastTerminationState.Terminated.ContainerID == before.ContainerID,
+			fmt.Sprintf("container %s (restarts %d, state %+v, last state %+v); want a new instance after %s", cs.ContainerID, cs.RestartCount, cs.State, cs.LastTerminationState, before.ContainerID)
+	})
+	if mem, _ := cgroup(); mem != strconv.Itoa(128<<20) {
+		t.Errorf("after the resize with a restart the container sees memory %s; want %d", mem, 128<<20)
+	}
+}
+
+// A running container needs a restart for a resize when it was created with
+// other requests or limits of a resource its resizePolicy marks
+// RestartContainer; one created before the provider noted its resources never
+// does.
+func TestRestartForResize(t *testing.T) {
+	res := func(mem, cpu string) corev1.ResourceRequirements {
+		l := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourceCPU: resource.MustParse(cpu)}
+		return corev1.ResourceRequirements{Requests: l, Limits: l}
+	}
+	created := &corev1.Container{Name: "c", Resources: res("64Mi", "500m")}
+	cfg := &runtimeapi.ContainerConfig{}
+	recordResources(cfg, created)
+	cur := &runtimeapi.ContainerStatus{Annotations: cfg.Annotations}
+	restartMemory := []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	cases := []struct {
+		name string
+		c    corev1.Container
+		cur  *runtimeapi.ContainerStatus
+		want bool
+	}{
+		{"memory changed, RestartContainer", corev1.Container{Resources: res("96Mi", "500m"), ResizePolicy: restartMemory}, cur, true},
+		{"cpu changed, memory RestartContainer", corev1.Container{Resources: res("64Mi", "750m"), ResizePolicy: restartMemory}, cur, false},
+		{"memory changed, NotRequired", corev1.Container{Resources: res("96Mi", "500m")}, cur, false},
+		{"created before resources were noted", corev1.Container{Resources: res("96Mi", "500m"), ResizePolicy: restartMemory}, &runtimeapi.ContainerStatus{}, false},
+	}
+	for _, c := range cases {
+		if _, got := restartForResize(&c.c, c.cur); got != c.want {
+			t.Errorf("%s: restart %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

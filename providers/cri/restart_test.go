@@ -15,6 +15,13 @@ func restartRule(op corev1.ContainerRestartRuleOnExitCodesOperator, codes ...int
 	}}
 }
 
+func restartAllRule(codes ...int32) []corev1.ContainerRestartRule {
+	return []corev1.ContainerRestartRule{{
+		Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: codes},
+	}}
+}
+
 // A container restarts by its first matching rule, else its own restartPolicy,
 // else the pod's; and the pod ends once none of its stopped containers will
 // start again.
@@ -40,6 +47,9 @@ func TestContainerRestartPolicyAndRules(t *testing.T) {
 		{"a rule In that does not", corev1.RestartPolicyNever, &never, restartRule(corev1.ContainerRestartRuleOnExitCodesOpIn, 42), 1, false, corev1.PodFailed},
 		{"a rule NotIn that matches", corev1.RestartPolicyNever, &never, restartRule(corev1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 3, true, corev1.PodRunning},
 		{"a rule NotIn that does not", corev1.RestartPolicyAlways, &never, restartRule(corev1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 0, false, corev1.PodSucceeded},
+		{"a rule RestartAllContainers that matches", corev1.RestartPolicyNever, &never, restartAllRule(42), 42, true, corev1.PodRunning},
+		{"a rule RestartAllContainers that does not", corev1.RestartPolicyNever, &never, restartAllRule(42), 1, false, corev1.PodFailed},
+		{"the first rule that matches decides", corev1.RestartPolicyNever, &always, append(restartRule(corev1.ContainerRestartRuleOnExitCodesOpIn, 7), restartRule(corev1.ContainerRestartRuleOnExitCodesOpIn, 8)...), 8, true, corev1.PodRunning},
 	}
 	for _, c := range cases {
 		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: c.pod, Containers: []corev1.Container{
@@ -61,5 +71,74 @@ func TestContainerRestartPolicyAndRules(t *testing.T) {
 	rec := &podRecord{ctrs: map[string]*ctrState{"init": {cur: exited}}, sandboxReady: true, status: &corev1.PodStatus{}}
 	if got := computeStatus(rec, pod, "10.0.0.1").Phase; got != corev1.PodFailed {
 		t.Errorf("an init container with restartPolicy Never failed: phase %s, want Failed", got)
+	}
+}
+
+// The container whose instance of this round exited with a code a rule
+// RestartAllContainers matches triggers it; one of a round before, or one
+// exiting otherwise, does not.
+func TestRestartAllTrigger(t *testing.T) {
+	never := corev1.ContainerRestartPolicyNever
+	pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		InitContainers: []corev1.Container{{Name: "init"}},
+		Containers:     []corev1.Container{{Name: "source", RestartPolicy: &never, RestartPolicyRules: restartAllRule(42)}, {Name: "other"}},
+	}}
+	exited := func(code int32) *runtimeapi.ContainerStatus {
+		return &runtimeapi.ContainerStatus{Id: "x", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: code, Metadata: &runtimeapi.ContainerMetadata{}}
+	}
+	cases := []struct {
+		name   string
+		source *ctrState
+		want   string
+	}{
+		{"exited 42", &ctrState{cur: exited(42)}, "source"},
+		{"exited 1", &ctrState{cur: exited(1)}, ""},
+		{"exited 42 a round before", &ctrState{cur: exited(42), reset: true}, ""},
+		{"exited 42 in an earlier sandbox", &ctrState{cur: exited(42), stale: true}, ""},
+		{"running", &ctrState{cur: &runtimeapi.ContainerStatus{Id: "x", State: runtimeapi.ContainerState_CONTAINER_RUNNING}}, ""},
+	}
+	for _, c := range cases {
+		rec := &podRecord{ctrs: map[string]*ctrState{"source": c.source, "other": {cur: exited(42)}}}
+		if got := restartAllTrigger(rec, pod); got != c.want {
+			t.Errorf("%s: trigger %q, want %q", c.name, got, c.want)
+		}
+	}
+	if !mayRestartAll(pod) || mayRestartAll(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}) {
+		t.Error("mayRestartAll does not tell a pod with a RestartAllContainers rule from one without")
+	}
+}
+
+// A container reset by a RestartAllContainers shows Waiting with the instance
+// killed as its last state, and the pod's condition AllContainersRestarting
+// says True only while the containers are being killed.
+func TestAResetContainersStatus(t *testing.T) {
+	never := corev1.ContainerRestartPolicyNever
+	pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "source", RestartPolicy: &never, RestartPolicyRules: restartAllRule(42)}},
+	}}
+	killed := &runtimeapi.ContainerStatus{Id: "x", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 137, Metadata: &runtimeapi.ContainerMetadata{Attempt: 2}}
+	rec := &podRecord{ctrs: map[string]*ctrState{"source": {cur: killed, reset: true}}, sandboxReady: true, initDone: true, status: &corev1.PodStatus{}}
+	condition := func(s *corev1.PodStatus) *corev1.PodCondition {
+		for i := range s.Conditions {
+			if s.Conditions[i].Type == corev1.AllContainersRestarting {
+				return &s.Conditions[i]
+			}
+		}
+		return nil
+	}
+	s := computeStatus(rec, pod, "10.0.0.1")
+	cs := s.ContainerStatuses[0]
+	if cs.State.Waiting == nil || cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 137 || cs.RestartCount != 2 {
+		t.Errorf("reset container: state %+v, last state %+v, restarts %d; want Waiting, the killed instance last, 2", cs.State, cs.LastTerminationState, cs.RestartCount)
+	}
+	if c := condition(s); c == nil || c.Status != corev1.ConditionFalse {
+		t.Errorf("AllContainersRestarting after the kill: %+v, want False", c)
+	}
+	rec.restartingAll = true
+	if c := condition(computeStatus(rec, pod, "10.0.0.1")); c == nil || c.Status != corev1.ConditionTrue || c.Reason != "RestartAllContainersStarted" {
+		t.Errorf("AllContainersRestarting while killing: %+v, want True, RestartAllContainersStarted", c)
+	}
+	if c := condition(computeStatus(rec, &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "source"}}}}, "10.0.0.1")); c != nil {
+		t.Errorf("a pod without a RestartAllContainers rule has the condition %+v", c)
 	}
 }

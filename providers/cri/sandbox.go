@@ -94,6 +94,11 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 			byName[name] = append(byName[name], c)
 		}
 	}
+	for _, cs := range byName {
+		for _, c := range cs {
+			rec.round = max(rec.round, roundOf(c))
+		}
+	}
 	inUse := map[string]bool{} // sandboxes holding a current or previous instance
 	ids := map[string][2]string{}
 	for name, cs := range byName {
@@ -109,6 +114,7 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 			return err
 		}
 		st.stale = cs[0].PodSandboxId != rec.sandboxID
+		st.reset = roundOf(cs[0]) < rec.round
 		inUse[cs[0].PodSandboxId] = true
 		pair := [2]string{cs[0].Id, ""}
 		st.prev = nil
@@ -131,7 +137,7 @@ func (p *Provider) refresh(ctx context.Context, rec *podRecord, pod *corev1.Pod)
 	}
 	for name, st := range rec.ctrs {
 		if _, ok := byName[name]; !ok {
-			st.cur, st.prev, st.stale = rec.ephemeralEnded[name], nil, false
+			st.cur, st.prev, st.stale, st.reset = rec.ephemeralEnded[name], nil, false, false
 		}
 	}
 	kept := rec.oldSandboxes[:0]

@@ -86,7 +86,7 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 			}
 		case cs.LastTerminationState.Terminated != nil:
 			stopped++
-			if !shouldRestart(c, pod, cs.LastTerminationState.Terminated.ExitCode) {
+			if !shouldRestart(c, pod, cs.LastTerminationState.Terminated.ExitCode) && !startsAgain(rec.ctrs[c.Name]) {
 				stoppedFinal++
 			}
 		default:
@@ -166,6 +166,11 @@ func computeStatus(rec *podRecord, pod *corev1.Pod, hostIP string) *corev1.PodSt
 		cond(corev1.PodReady, ready, readyReason, readyMsg),
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: pod.CreationTimestamp},
 	}
+	if mayRestartAll(pod) {
+		c := allContainersRestarting(rec, s.Phase)
+		c.LastTransitionTime = now
+		s.Conditions = append(s.Conditions, c)
+	}
 	return s
 }
 
@@ -198,8 +203,12 @@ func containerStatus(rec *podRecord, pod *corev1.Pod, c *corev1.Container, initD
 		cs.Started = ptr.To(st.probes.started)
 		cs.Ready = st.probes.ready
 	case runtimeapi.ContainerState_CONTAINER_EXITED:
-		if st.waitReason != "" && rec.sandboxReady && !rec.terminal {
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: st.waitReason, Message: st.waitMessage}
+		reason, message := st.waitReason, st.waitMessage
+		if reason == "" && startsAgain(st) {
+			reason = "ContainerCreating" // its next instance, at once
+		}
+		if reason != "" && rec.sandboxReady && !rec.terminal {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: message}
 			cs.LastTerminationState = terminatedState(cur)
 		} else {
 			cs.State = terminatedState(cur)

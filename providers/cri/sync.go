@@ -110,6 +110,16 @@ func (p *Provider) syncPod(ctx context.Context, rec *podRecord) bool {
 		}
 	}
 	if !rec.terminal {
+		if trigger := restartAllTrigger(rec, pod); trigger != "" {
+			if !p.restartAll(ctx, rec, pod, trigger) {
+				// Nothing starts, the trigger least of all, before every
+				// container has stopped: the next sync tries again.
+				return false
+			}
+			if err := p.refresh(ctx, rec, pod); err != nil {
+				return false
+			}
+		}
 		if p.startContainers(ctx, rec, pod, env, creds) {
 			if err := p.refresh(ctx, rec, pod); err != nil {
 				return false

@@ -163,6 +163,8 @@ func TestComputeStatusPhase(t *testing.T) {
 		{"never, exit 3", corev1.RestartPolicyNever, &ctrState{cur: exited(3)}, true, corev1.PodFailed},
 		{"on failure, exit 0", corev1.RestartPolicyOnFailure, &ctrState{cur: exited(0)}, true, corev1.PodSucceeded},
 		{"always, back-off", corev1.RestartPolicyAlways, &ctrState{cur: exited(1), waitReason: "CrashLoopBackOff"}, true, corev1.PodRunning},
+		{"never, killed by a RestartAllContainers", corev1.RestartPolicyNever, &ctrState{cur: exited(137), reset: true}, true, corev1.PodRunning},
+		{"on failure, stopped 0 to be resized", corev1.RestartPolicyOnFailure, &ctrState{cur: exited(0), restartNow: "x"}, true, corev1.PodRunning},
 	}
 	for _, c := range cases {
 		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: c.policy, Containers: []corev1.Container{{Name: "main"}}}}
@@ -197,5 +199,61 @@ func TestASubPathIsMadeWithTheVolumesMode(t *testing.T) {
 	}
 	if err := makeSubPath(root, "a/b"); err != nil {
 		t.Errorf("again, on directories that exist: %v", err)
+	}
+}
+
+// The containers' oom_score_adj is the kubelet's: by QoS class, and for a
+// burstable pod by the share of the node's memory requested, a sidecar's no
+// higher than its pod's app container requesting least.
+func TestOOMScoreAdjLikeTheKubelet(t *testing.T) {
+	p := &Provider{node: &corev1.Node{Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1000Mi")}}}}
+	mem := func(req, lim string) corev1.ResourceRequirements {
+		r := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+		if req != "" {
+			r.Requests[corev1.ResourceMemory] = resource.MustParse(req)
+		}
+		if lim != "" {
+			r.Limits[corev1.ResourceMemory] = resource.MustParse(lim)
+		}
+		return r
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	guaranteed := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("100m")},
+	}
+	cases := []struct {
+		name      string
+		pod       corev1.PodSpec
+		container string
+		want      int64
+	}{
+		{"guaranteed", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: guaranteed}}}, "c", -997},
+		{"best effort", corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}, "c", 1000},
+		{"burstable, 100Mi of 1000Mi", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: mem("100Mi", "")}}}, "c", 900},
+		{"burstable, no request", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: mem("", "100Mi")}}}, "c", 999},
+		{"burstable, all the node", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: mem("1000Mi", "")}}}, "c", 3},
+		{"a sidecar no higher than the app container requesting least", corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "s", RestartPolicy: &always, Resources: mem("10Mi", "")}},
+			Containers:     []corev1.Container{{Name: "a", Resources: mem("200Mi", "")}, {Name: "b", Resources: mem("100Mi", "")}},
+		}, "s", 900},
+		{"system-node-critical", corev1.PodSpec{PriorityClassName: "system-node-critical", Containers: []corev1.Container{{Name: "c"}}}, "c", -997},
+	}
+	for _, c := range cases {
+		pod := &corev1.Pod{Spec: c.pod}
+		var ctr *corev1.Container
+		for i := range pod.Spec.InitContainers {
+			if pod.Spec.InitContainers[i].Name == c.container {
+				ctr = &pod.Spec.InitContainers[i]
+			}
+		}
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == c.container {
+				ctr = &pod.Spec.Containers[i]
+			}
+		}
+		if got := p.oomScoreAdj(pod, ctr); got != c.want {
+			t.Errorf("%s: oom_score_adj %d, want %d", c.name, got, c.want)
+		}
 	}
 }

@@ -1,0 +1,88 @@
+package cri
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// This file holds the resizes that need a restart: a container whose resources
+// changed in a resource its resizePolicy marks RestartContainer is stopped, with
+// its preStop hook and grace period as for any stop, and started again at once
+// with the new resources, whatever its restart policy says of its exit, as the
+// kubelet does (its restart count goes up, its last state is the instance
+// stopped). The other containers of the resize are resized in place
+// (resize.go).
+//
+// Whether a running container needs it is read from the container itself: it
+// carries the cpu and memory requests and limits it was created with
+// (annotationResources), so a restart of the provider between the resize and
+// the restart loses nothing, and a container resized in place in another
+// resource is not restarted for it.
+
+// annotationResources on a container is the cpu and memory requests and limits
+// of the spec it was created from, in JSON.
+const annotationResources = "vkubelet.io/resources"
+
+// recordResources notes c's cpu and memory requests and limits on the
+// container to create.
+func recordResources(cfg *runtimeapi.ContainerConfig, c *corev1.Container) {
+	keep := func(l corev1.ResourceList) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := l[name]; ok {
+				out[name] = q
+			}
+		}
+		return out
+	}
+	b, err := json.Marshal(corev1.ResourceRequirements{Requests: keep(c.Resources.Requests), Limits: keep(c.Resources.Limits)})
+	if err != nil {
+		return // quantities always encode
+	}
+	if cfg.Annotations == nil {
+		cfg.Annotations = map[string]string{}
+	}
+	cfg.Annotations[annotationResources] = string(b)
+}
+
+// restartForResize reports a resource of c that its running instance cur was
+// created with other requests or limits for, and whose resizePolicy is
+// RestartContainer. A container created before the provider noted its
+// resources never needs it.
+func restartForResize(c *corev1.Container, cur *runtimeapi.ContainerStatus) (corev1.ResourceName, bool) {
+	raw, ok := cur.GetAnnotations()[annotationResources]
+	if !ok {
+		return "", false
+	}
+	var created corev1.ResourceRequirements
+	if err := json.Unmarshal([]byte(raw), &created); err != nil {
+		return "", false
+	}
+	return needsRestart(*c, created)
+}
+
+// restartIfResized stops container c, running as st.cur, if a resize needs it
+// restarted (restartForResize), and marks it to start again at once with the
+// pod's next sync, which it asks for.
+func (p *Provider) restartIfResized(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState) {
+	res, ok := restartForResize(c, st.cur)
+	if !ok {
+		return
+	}
+	p.log.Info("restarting a container to resize it, as its resizePolicy asks", "pod", rec.key, "container", c.Name, "resource", res)
+	p.stopContainer(ctx, rec, pod, c.Name, st.cur.Id)
+	st.restartNow = st.cur.Id
+	st.backoffFor, st.retryAt = st.cur.Id, time.Time{} // no back-off: this is no crash
+	rec.wakeUp()
+}
+
+// startsAgain reports whether the container of st, exited, is to be started
+// again whatever its restart policy says: stopped to be resized, or reset by a
+// RestartAllContainers (restartall.go).
+func startsAgain(st *ctrState) bool {
+	return st != nil && st.cur != nil && (st.reset || (st.restartNow != "" && st.restartNow == st.cur.Id))
+}
