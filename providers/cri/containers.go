@@ -256,7 +256,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	}
 	withTarget(cfg.Linux.SecurityContext.NamespaceOptions, target)
 	cfg.Labels[labelRound] = strconv.FormatUint(uint64(rec.round), 10)
-	recordResources(cfg, c)
+	recordResources(cfg, pod, c)
 	cfg.Linux.Resources.OomScoreAdj = p.oomScoreAdj(pod, c)
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,

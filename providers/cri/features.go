@@ -15,14 +15,17 @@ import (
 //     resizes in place.)
 //   - RestartAllContainersOnContainerExits: a restartPolicyRules action
 //     RestartAllContainers restarts the whole pod in its sandbox (restartall.go).
+//   - InPlacePodLevelResourcesVerticalScaling: the pod-level resources are
+//     resized in place, the pod's cgroup and those of the containers under
+//     its limits (podcgroup.go, resize.go).
 //
-// Not declared: InPlacePodLevelResourcesVerticalScaling (pod-level resources
-// are not resized yet), InPlacePodVerticalScalingMemoryBackedVolumes (a tmpfs
+// Not declared: InPlacePodVerticalScalingMemoryBackedVolumes (a tmpfs
 // emptyDir keeps its size), ExtendWebSocketsToKubelet (a matter of the node's
 // kubelet API, not of a provider), and the DRA and mount features.
 func (p *Provider) DeclaredFeatures() []string {
 	return []string{
 		inplacepodresize.NonSidecarInitContainerResizeFeature.Name(),
 		restartallcontainers.Feature.Name(),
+		inplacepodresize.PodLevelResourcesResizeFeature.Name(),
 	}
 }

@@ -83,9 +83,15 @@ func appendInheritingResized(changed []corev1.Container, old, pod *corev1.Pod) [
 			if in[c.Name] {
 				continue
 			}
-			if !proto.Equal(resources(old, c), resources(pod, c)) {
-				changed = append(changed, *c)
+			if proto.Equal(resources(old, c), resources(pod, c)) {
+				continue
 			}
+			// One whose resizePolicy asks for a restart is restarted with
+			// them instead (resizerestart.go).
+			if _, restart := needsRestart(withResources(c, effectiveResources(pod, c)), effectiveResources(old, c)); restart {
+				continue
+			}
+			changed = append(changed, *c)
 		}
 	}
 	return changed

@@ -103,7 +103,7 @@ func TestRestartForResize(t *testing.T) {
 	}
 	created := &corev1.Container{Name: "c", Resources: res("64Mi", "500m")}
 	cfg := &runtimeapi.ContainerConfig{}
-	recordResources(cfg, created)
+	recordResources(cfg, &corev1.Pod{}, created)
 	cur := &runtimeapi.ContainerStatus{Annotations: cfg.Annotations}
 	restartMemory := []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
 	cases := []struct {
@@ -118,9 +118,26 @@ func TestRestartForResize(t *testing.T) {
 		{"created before resources were noted", corev1.Container{Resources: res("96Mi", "500m"), ResizePolicy: restartMemory}, &runtimeapi.ContainerStatus{}, false},
 	}
 	for _, c := range cases {
-		if _, got := restartForResize(&c.c, c.cur); got != c.want {
+		if _, got := restartForResize(&corev1.Pod{}, &c.c, c.cur); got != c.want {
 			t.Errorf("%s: restart %v, want %v", c.name, got, c.want)
 		}
+	}
+
+	// A container without limits of its own runs under the pod-level ones: a
+	// resize of those restarts it if its resizePolicy says so.
+	podLevel := func(mem string) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Resources: &corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(mem)}}}}
+	}
+	bare := &corev1.Container{Name: "c", ResizePolicy: restartMemory}
+	cfg = &runtimeapi.ContainerConfig{}
+	recordResources(cfg, podLevel("96Mi"), bare)
+	cur = &runtimeapi.ContainerStatus{Annotations: cfg.Annotations}
+	if _, got := restartForResize(podLevel("128Mi"), bare, cur); !got {
+		t.Error("a pod-level memory resize of a container under the pod's limit, RestartContainer: no restart")
+	}
+	if _, got := restartForResize(podLevel("96Mi"), bare, cur); got {
+		t.Error("the same pod-level limit: a restart")
 	}
 }
 

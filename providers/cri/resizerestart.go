@@ -27,9 +27,45 @@ import (
 // of the spec it was created from, in JSON.
 const annotationResources = "vkubelet.io/resources"
 
-// recordResources notes c's cpu and memory requests and limits on the
-// container to create.
-func recordResources(cfg *runtimeapi.ContainerConfig, c *corev1.Container) {
+// effectiveResources are the requests and limits container c of pod runs
+// with: its own, and the pod-level cpu or memory limit where it declares none
+// (resources): a resize of the pod-level resources changes them too.
+func effectiveResources(pod *corev1.Pod, c *corev1.Container) corev1.ResourceRequirements {
+	out := c.Resources
+	if pod.Spec.Resources == nil {
+		return out
+	}
+	var limits corev1.ResourceList // a copy, made once needed: c's is shared
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		podLimit, ok := pod.Spec.Resources.Limits[name]
+		if _, own := c.Resources.Limits[name]; !ok || own {
+			continue
+		}
+		if limits == nil {
+			limits = c.Resources.Limits.DeepCopy()
+			if limits == nil {
+				limits = corev1.ResourceList{}
+			}
+		}
+		limits[name] = podLimit
+	}
+	if limits != nil {
+		out.Limits = limits
+	}
+	return out
+}
+
+// withResources is c running with res.
+func withResources(c *corev1.Container, res corev1.ResourceRequirements) corev1.Container {
+	out := *c
+	out.Resources = res
+	return out
+}
+
+// recordResources notes the cpu and memory requests and limits container c of
+// pod runs with (effectiveResources) on the container to create.
+func recordResources(cfg *runtimeapi.ContainerConfig, pod *corev1.Pod, c *corev1.Container) {
+	eff := effectiveResources(pod, c)
 	keep := func(l corev1.ResourceList) corev1.ResourceList {
 		out := corev1.ResourceList{}
 		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -39,7 +75,7 @@ func recordResources(cfg *runtimeapi.ContainerConfig, c *corev1.Container) {
 		}
 		return out
 	}
-	b, err := json.Marshal(corev1.ResourceRequirements{Requests: keep(c.Resources.Requests), Limits: keep(c.Resources.Limits)})
+	b, err := json.Marshal(corev1.ResourceRequirements{Requests: keep(eff.Requests), Limits: keep(eff.Limits)})
 	if err != nil {
 		return // quantities always encode
 	}
@@ -49,11 +85,12 @@ func recordResources(cfg *runtimeapi.ContainerConfig, c *corev1.Container) {
 	cfg.Annotations[annotationResources] = string(b)
 }
 
-// restartForResize reports a resource of c that its running instance cur was
-// created with other requests or limits for, and whose resizePolicy is
+// restartForResize reports a resource of container c of pod that its running
+// instance cur was created with other requests or limits for (its own or,
+// wanting its own, the pod-level ones), and whose resizePolicy is
 // RestartContainer. A container created before the provider noted its
 // resources never needs it.
-func restartForResize(c *corev1.Container, cur *runtimeapi.ContainerStatus) (corev1.ResourceName, bool) {
+func restartForResize(pod *corev1.Pod, c *corev1.Container, cur *runtimeapi.ContainerStatus) (corev1.ResourceName, bool) {
 	raw, ok := cur.GetAnnotations()[annotationResources]
 	if !ok {
 		return "", false
@@ -62,14 +99,14 @@ func restartForResize(c *corev1.Container, cur *runtimeapi.ContainerStatus) (cor
 	if err := json.Unmarshal([]byte(raw), &created); err != nil {
 		return "", false
 	}
-	return needsRestart(*c, created)
+	return needsRestart(withResources(c, effectiveResources(pod, c)), created)
 }
 
 // restartIfResized stops container c, running as st.cur, if a resize needs it
 // restarted (restartForResize), and marks it to start again at once with the
 // pod's next sync, which it asks for.
 func (p *Provider) restartIfResized(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState) {
-	res, ok := restartForResize(c, st.cur)
+	res, ok := restartForResize(pod, c, st.cur)
 	if !ok {
 		return
 	}

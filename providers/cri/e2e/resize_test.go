@@ -61,3 +61,51 @@ func TestAPodIsResizedInPlaceThroughTheAPI(t *testing.T) {
 		t.Errorf("container %s, %d restarts after the resize; was %s: want it resized in place", a.ContainerID, a.RestartCount, b.ContainerID)
 	}
 }
+
+// A resize of a pod's pod-level resources through the API, on a CRI node that
+// declares the feature: the container without limits of its own runs under the
+// new pod-level memory limit, restarted because its resizePolicy says a memory
+// resize needs it (as a kubelet restarts it), and the pod's status reports the
+// pod-level resources in effect.
+func TestPodLevelResourcesAreResizedThroughTheAPI(t *testing.T) {
+	const node = "cri-e2e-podlevel"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	pod := busybox("whole", node, env.Busybox, `trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+	podLevel := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("200m")}
+	pod.Spec.Resources = &corev1.ResourceRequirements{Requests: podLevel, Limits: podLevel}
+	pod.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitPod(t, ns, "whole", "Running with its pod-level resources reported", func(p *corev1.Pod) bool {
+		mem := p.Status.AllocatedResources[corev1.ResourceMemory]
+		return p.Status.Phase == corev1.PodRunning && mem.String() == "64Mi" && p.Status.Resources != nil
+	})
+	memLimit := func(want string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+			out, err := testenv.Exec(t, ns, "whole", "main", "sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+			return err == nil && out == want, fmt.Sprintf("the container's memory limit %q, %v; want %q", out, err, want)
+		})
+	}
+	memLimit(fmt.Sprintf("%d\n", 64<<20))
+
+	const patch = `{"spec":{"resources":{"requests":{"memory":"96Mi"},"limits":{"memory":"96Mi"}}}}`
+	if _, err := c.CoreV1().Pods(ns).Patch(ctx, "whole", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatal(err)
+	}
+	after := testenv.WaitPod(t, ns, "whole", "the pod-level resize in effect, the container restarted", func(p *corev1.Pod) bool {
+		mem := p.Status.AllocatedResources[corev1.ResourceMemory]
+		return mem.String() == "96Mi" && p.Status.Resources != nil && p.Status.Resources.Limits.Memory().String() == "96Mi" &&
+			len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+	memLimit(fmt.Sprintf("%d\n", 96<<20))
+	for _, cond := range after.Status.Conditions {
+		if cond.Type == corev1.PodResizePending || cond.Type == corev1.PodResizeInProgress {
+			t.Errorf("condition %s %s (%s) after the resize", cond.Type, cond.Status, cond.Message)
+		}
+	}
+}
