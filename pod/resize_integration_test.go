@@ -127,13 +127,18 @@ func (r *refusesResize) refusals() int32 { return r.n.Load() }
 // refuses one the node's allocatable resources cannot hold.
 func withAllocatable(t *testing.T, c kubernetes.Interface, node string) {
 	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("110")}
-	n.Status.Allocatable = n.Status.Capacity
-	if _, err := c.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+	// Others write the node too (its Lease holder, the node lifecycle
+	// controller): retried on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("110")}
+		n.Status.Allocatable = n.Status.Capacity
+		_, err = c.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
