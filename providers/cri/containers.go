@@ -258,6 +258,13 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	cfg.Labels[labelRound] = strconv.FormatUint(uint64(rec.round), 10)
 	recordResources(cfg, pod, c)
 	cfg.Linux.Resources.OomScoreAdj = p.oomScoreAdj(pod, c)
+	// The pod's cgroup as the spec says now, before a container with new
+	// limits goes under it: a resize whose container had to restart may have
+	// left it behind (the kernel refuses a pod's CPU quota below that of a
+	// container still running, and a container's above the pod's).
+	if err := applyPodCgroup(cgroupRoot, pod); err != nil {
+		p.log.Debug("setting the pod's cgroup limits", "pod", rec.key, "err", err)
+	}
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,
 		Config:        cfg,

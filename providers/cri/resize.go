@@ -27,7 +27,8 @@ func (p *Provider) ResizesInPlace() bool { return true }
 // (resizerestart.go).
 func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *corev1.Pod) error {
 	var changed []corev1.Container
-	for _, r := range providerutil.ResizedContainers(old, pod) {
+	resized := providerutil.ResizedContainers(old, pod)
+	for _, r := range resized {
 		if _, restart := needsRestart(r.Container, r.Before); restart {
 			continue
 		}
@@ -37,7 +38,7 @@ func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *
 	if podLevel {
 		changed = appendInheritingResized(changed, old, pod)
 	}
-	if len(changed) == 0 && !podLevel {
+	if len(resized) == 0 && !podLevel {
 		return nil
 	}
 	ids := map[string]string{}
@@ -64,7 +65,9 @@ func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *
 		}
 	}
 	if err := applyPodCgroup(cgroupRoot, pod); err != nil {
-		return fmt.Errorf("cri: resizing pod %s: %w", rec.key, err)
+		// A container to restart for the resize still runs with limits the
+		// pod's new ones cannot hold: written again before it starts anew.
+		p.log.Debug("setting the pod's cgroup limits", "pod", rec.key, "err", err)
 	}
 	return nil
 }

@@ -210,3 +210,52 @@ func TestPodLevelLimitsBindThePodAndItsContainers(t *testing.T) {
 	}
 	check("after shrinking", 112<<20, "20000")
 }
+
+// A CPU resize that restarts the container (resizePolicy RestartContainer)
+// brings the pod's cgroup along, up and down: the kernel refuses a container's
+// CPU quota above its pod's and a pod's below a running container's, so the
+// pod's quota follows the resize when the restarted container starts.
+func TestARestartingCPUResizeBringsThePodsCgroupAlong(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	pod := busyboxPod("cpurestart", sleepForever)
+	pod.Spec.HostNetwork = true
+	limits := func(cpu string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		}
+	}
+	pod.Spec.Containers[0].Resources = limits("200m")
+	pod.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceCPU, RestartPolicy: corev1.RestartContainer}}
+	ctx := context.Background()
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	podQuota := func() string {
+		for _, path := range []string{filepath.Join(cgroupRoot, cgroupParent(pod), "cpu.max"), filepath.Join(cgroupRoot, "cpu", cgroupParent(pod), "cpu.cfs_quota_us")} {
+			if b, err := os.ReadFile(path); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+		return ""
+	}
+	for i, step := range []struct{ cpu, quota string }{{"400m", "40000"}, {"100m", "10000"}} {
+		next := pod.DeepCopy()
+		next.Spec.Containers[0].Resources = limits(step.cpu)
+		if err := p.UpdatePod(ctx, next); err != nil {
+			t.Fatal(err)
+		}
+		eventually.True(t, 30*time.Second, func() (bool, string) {
+			st, err := p.GetPodStatus(ctx, pod.Namespace, pod.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := st.ContainerStatuses[0]
+			return int(cs.RestartCount) == i+1 && cs.State.Running != nil && strings.HasPrefix(podQuota(), step.quota),
+				fmt.Sprintf("to %s: restarts %d, state %+v, waiting %+v, the pod's quota %q; want %d restarts, running, quota %s", step.cpu, cs.RestartCount, cs.State.Running, cs.State.Waiting, podQuota(), i+1, step.quota)
+		})
+		pod = next
+	}
+}
