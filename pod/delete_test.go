@@ -188,3 +188,32 @@ func TestARemovalIsForTheIncarnationStopped(t *testing.T) {
 		t.Fatalf("another incarnation's removal removed the pod: %v", w)
 	}
 }
+
+// A notice of a pod stopped and waiting for its removal writes no status: the
+// pod leaves the API with the one write of its removal, as when the deletion
+// worker removed it itself.
+func TestAPodWaitingForItsRemovalGetsNoStatusWrite(t *testing.T) {
+	f := newFixture(t)
+	pod := deletingPod("a", f.clock.Now(), 30)
+	f.client = fake.NewClientset(pod)
+	f.provider.pods["ns/a"] = pod.DeepCopy()
+	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.start()
+	f.provider.terminate("ns/a")
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	notice, err := f.provider.GetPod(f.ctx, "ns", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c.handleProviderPod(notice)
+	f.drainStatusChecks()
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("a pod waiting for its removal got writes: %v", w)
+	}
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+}
