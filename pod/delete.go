@@ -97,9 +97,11 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 
 // removeHandler removes from the API a deleting pod that deleteHandler found
 // stopped in the provider, or past its grace period, if it is still that pod.
-func (c *Controller) removeHandler(ctx context.Context, key string) error {
+func (c *Controller) removeHandler(ctx context.Context, key string) (err error) {
 	unlock := c.state.lock(key)
 	defer unlock()
+	ctx, span := c.startSpan(ctx, spanRemove, key)
+	defer func() { endSpan(span, err) }()
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
