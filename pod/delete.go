@@ -32,7 +32,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 		return nil
 	}
 	st := c.state.get(key)
-	p, _, err := c.pods.get(ns, name)
+	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		// Gone from the API (force-deleted, or deleted while we were away): the
 		// provider must not keep running it.
@@ -45,8 +45,15 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
-	if p.DeletionTimestamp == nil || c.removed.has(key, p.UID) || c.removable.has(key, p.UID) {
-		return nil // not deleting, or stopped and being removed
+	if cached.DeletionTimestamp == nil || c.removed.has(key, cached.UID) || c.removable.has(key, cached.UID) {
+		// Not deleting, or stopped and being removed: the runs that the
+		// provider's notice of the stop and the updates seen meanwhile queue
+		// end here, without decoding the pod.
+		return nil
+	}
+	p, err := cached.Decode()
+	if err != nil {
+		return err
 	}
 	if st.providerUID != "" && st.providerUID != p.UID {
 		// An earlier pod of the same name still runs in the provider.
