@@ -122,19 +122,30 @@ type Controller struct {
 	syncQueue *nodeQueue
 	// statusQueue: pods whose status in the API may lag the provider's.
 	statusQueue *nodeQueue
-	// deleteQueue: pods to stop in the provider and, once stopped, remove from the API.
+	// deleteQueue: pods to stop in the provider and, once stopped, hand to
+	// removeQueue.
 	deleteQueue *nodeQueue
+	// removeQueue: deleting pods the provider has stopped (or whose grace
+	// period is over), to remove from the API. A stage of its own, with the
+	// status workers' count: a worker that made the provider call and then
+	// the API request in turn was held for both, and with the deletion
+	// workers busy, a provider's round trip (over the protocol) slowed the
+	// node's deletions by its whole length.
+	removeQueue *nodeQueue
 
 	state *stateStore
 	// removed holds the UID of each pod this controller removed from the API
 	// until the informer reports it gone: a late update of it (the deletion
 	// itself, seen after the removal) must not remove it a second time.
-	removed  removedPods
-	recorder record.EventRecorder
-	metrics  *Metrics
-	clock    clock.WithTicker
-	log      *slog.Logger
-	tracer   trace.Tracer
+	removed removedPods
+	// removable holds the UID of each deleting pod that deleteHandler handed
+	// to removeQueue, until it is removed or forgotten.
+	removable removedPods
+	recorder  record.EventRecorder
+	metrics   *Metrics
+	clock     clock.WithTicker
+	log       *slog.Logger
+	tracer    trace.Tracer
 
 	workers       int
 	statusWorkers int
@@ -211,6 +222,7 @@ func NewController(cfg Config) (*Controller, error) {
 	c.syncQueue = c.newNodeQueue("pod_sync", c.syncHandler, c.workers)
 	c.statusQueue = c.newNodeQueue("pod_status", c.statusHandler, c.statusWorkers)
 	c.deleteQueue = c.newNodeQueue("pod_delete", c.deleteHandler, c.workers)
+	c.removeQueue = c.newNodeQueue("pod_remove", c.removeHandler, c.statusWorkers)
 
 	c.podEvents = cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.handlePod(obj) },
@@ -263,6 +275,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.syncQueue.ShutDown()
 	defer c.statusQueue.ShutDown()
 	defer c.deleteQueue.ShutDown()
+	defer c.removeQueue.ShutDown()
 
 	if c.ownTimer {
 		go c.timer.Run(ctx)
@@ -291,7 +304,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.reconcileProvider(ctx); err != nil {
 		return err
 	}
-	for _, q := range []*nodeQueue{c.syncQueue, c.deleteQueue, c.statusQueue} {
+	for _, q := range []*nodeQueue{c.syncQueue, c.deleteQueue, c.removeQueue, c.statusQueue} {
 		q.start(ctx)
 	}
 	if c.notifier == nil {

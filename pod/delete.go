@@ -20,7 +20,7 @@ import (
 )
 
 // deleteHandler stops a pod the API is deleting (or has deleted) and, once the
-// provider confirms or the grace period is over, removes it from the API.
+// provider confirms or the grace period is over, hands it to removeHandler.
 func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) {
 	unlock := c.state.lock(key)
 	defer unlock()
@@ -32,7 +32,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 		return nil
 	}
 	st := c.state.get(key)
-	p, _, err := c.pods.get(ns, name)
+	cached, err := c.pods.getCached(ns, name)
 	if apierrors.IsNotFound(err) {
 		// Gone from the API (force-deleted, or deleted while we were away): the
 		// provider must not keep running it.
@@ -45,8 +45,15 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	if err != nil {
 		return err
 	}
-	if p.DeletionTimestamp == nil || c.removed.has(key, p.UID) {
+	if cached.DeletionTimestamp == nil || c.removed.has(key, cached.UID) || c.removable.has(key, cached.UID) {
+		// Not deleting, or stopped and being removed: the runs that the
+		// provider's notice of the stop and the updates seen meanwhile queue
+		// end here, without decoding the pod.
 		return nil
+	}
+	p, err := cached.Decode()
+	if err != nil {
+		return err
 	}
 	if st.providerUID != "" && st.providerUID != p.UID {
 		// An earlier pod of the same name still runs in the provider.
@@ -90,6 +97,33 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	if !gone {
 		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
 	}
+	c.removable.add(key, p.UID)
+	c.removeQueue.Add(key)
+	return nil
+}
+
+// removeHandler removes from the API a deleting pod that deleteHandler found
+// stopped in the provider, or past its grace period, if it is still that pod.
+func (c *Controller) removeHandler(ctx context.Context, key string) (err error) {
+	unlock := c.state.lock(key)
+	defer unlock()
+	ctx, span := c.startSpan(ctx, spanRemove, key)
+	defer func() { endSpan(span, err) }()
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	cached, err := c.pods.getCached(ns, name)
+	if apierrors.IsNotFound(err) {
+		return nil // gone meanwhile: deleteHandler, queued by its removal, forgets it
+	}
+	if err != nil {
+		return err
+	}
+	if cached.DeletionTimestamp == nil || !c.removable.has(key, cached.UID) {
+		return nil // forgotten since, or another incarnation of the name
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: cached.UID}}
 	if err := c.removeFromAPI(ctx, p); err != nil {
 		return err
 	}
@@ -197,10 +231,14 @@ func (r *removedPods) forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.uids, key)
+	if len(r.uids) == 0 {
+		r.uids = nil // Go never shrinks a map: a burst of deletions is not kept
+	}
 }
 
 // forget drops what the controller and the resolver keep about key.
 func (c *Controller) forget(key string) {
 	c.state.forget(key)
+	c.removable.forget(key)
 	c.resolver.Release(key)
 }

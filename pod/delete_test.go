@@ -29,7 +29,7 @@ func TestDeleteWaitsForProviderConfirmation(t *testing.T) {
 	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	f.start()
 
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.provider.callList(); got[len(got)-1] != "DeletePod ns/a" {
@@ -42,7 +42,7 @@ func TestDeleteWaitsForProviderConfirmation(t *testing.T) {
 		t.Fatalf("event = %q", ev)
 	}
 	f.provider.terminate("ns/a")
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(strings.Join(f.provider.callList(), ","), "DeletePod"); n != 1 {
@@ -70,18 +70,18 @@ func TestDeleteRemovesPodOnceGraceExpires(t *testing.T) {
 	f.provider.pods["ns/a"] = pod.DeepCopy()
 	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	f.start()
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Step(4 * time.Second)
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if w := f.writes(); len(w) != 0 {
 		t.Fatalf("removed before the grace period ended: %v", w)
 	}
 	f.clock.Step(2 * time.Second)
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	assertRemoved(t, f, "a", "uid-a")
@@ -94,13 +94,13 @@ func TestDeletePodIsRetriedUntilItSucceeds(t *testing.T) {
 	f.provider.pods["ns/a"] = pod.DeepCopy()
 	f.start()
 	f.provider.failNext["DeletePod"] = errors.New("temporary")
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err == nil {
+	if err := f.handleDelete("ns/a"); err == nil {
 		t.Fatal("a failed DeletePod must fail the sync so it is retried")
 	}
 	if w := f.writes(); len(w) != 0 {
 		t.Fatalf("pod removed although DeletePod failed: %v", w)
 	}
-	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(strings.Join(f.provider.callList(), ","), "DeletePod"); n != 2 {
@@ -112,7 +112,107 @@ func TestPodNeverInProviderIsRemovedAtOnce(t *testing.T) {
 	f := newFixture(t)
 	f.client = fake.NewClientset(deletingPod("a", f.clock.Now(), 30))
 	f.start()
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+}
+
+// handleDelete runs the deletion handler on key and then the removals it
+// queued, as the deletion and removal workers would.
+func (f *fixture) handleDelete(key string) error {
+	f.t.Helper()
+	if err := f.c.deleteHandler(f.ctx, key); err != nil {
+		return err
+	}
+	for f.c.removeQueue.Len() > 0 {
+		k, _ := f.c.removeQueue.Get()
+		err := f.c.removeHandler(f.ctx, k)
+		f.c.removeQueue.Done(k)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A stopped pod is removed from the API by the removal stage, not by the
+// deletion worker that found it stopped, and a deletion handled again while
+// its removal waits asks the provider nothing.
+func TestAStoppedPodIsRemovedByTheRemovalStage(t *testing.T) {
+	f := newFixture(t)
+	pod := deletingPod("a", f.clock.Now(), 30)
+	f.client = fake.NewClientset(pod)
+	f.provider.pods["ns/a"] = pod.DeepCopy()
+	f.provider.pods["ns/a"].Status.Phase = corev1.PodSucceeded
+	f.start()
+
 	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("the deletion worker wrote to the API: %v", w)
+	}
+	if n := f.c.removeQueue.Len(); n != 1 {
+		t.Fatalf("removal queue has %d items, want the stopped pod", n)
+	}
+	calls := len(f.provider.callList())
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.provider.callList(); len(got) != calls {
+		t.Fatalf("a deletion handled again while its removal waits called the provider: %v", got[calls:])
+	}
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+	if f.c.removable.has("ns/a", "uid-a") {
+		t.Fatal("the removed pod is still recorded as removable")
+	}
+}
+
+// A removal queued for one incarnation of a name does not remove another.
+func TestARemovalIsForTheIncarnationStopped(t *testing.T) {
+	f := newFixture(t)
+	f.client = fake.NewClientset(deletingPod("a", f.clock.Now(), 30))
+	f.start()
+	f.c.removable.add("ns/a", "uid-earlier")
+	f.c.removeQueue.Add("ns/a")
+	k, _ := f.c.removeQueue.Get()
+	if err := f.c.removeHandler(f.ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	f.c.removeQueue.Done(k)
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("another incarnation's removal removed the pod: %v", w)
+	}
+}
+
+// A notice of a pod stopped and waiting for its removal writes no status: the
+// pod leaves the API with the one write of its removal, as when the deletion
+// worker removed it itself.
+func TestAPodWaitingForItsRemovalGetsNoStatusWrite(t *testing.T) {
+	f := newFixture(t)
+	pod := deletingPod("a", f.clock.Now(), 30)
+	f.client = fake.NewClientset(pod)
+	f.provider.pods["ns/a"] = pod.DeepCopy()
+	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.start()
+	f.provider.terminate("ns/a")
+	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	notice, err := f.provider.GetPod(f.ctx, "ns", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c.handleProviderPod(notice)
+	f.drainStatusChecks()
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("a pod waiting for its removal got writes: %v", w)
+	}
+	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	assertRemoved(t, f, "a", "uid-a")

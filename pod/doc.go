@@ -7,7 +7,8 @@
 //   - enqueue.go: an informer filtered on spec.nodeName (podwatch.go, or the
 //     process's shared watch, source.go), the provider's PodNotifier or polling,
 //     and the resolver's reference changes put the pod's key on a queue
-//     (workqueue.go: the sync, status and deletion queues and their workers).
+//     (workqueue.go: the sync, status, deletion and removal queues and their
+//     workers).
 //   - sync.go: the sync handler resolves the spec (package resolve) and creates
 //     or updates the pod in the provider, or refreshes its volumes; a spec that
 //     cannot be resolved is reported the kubelet's way. providercalls.go makes
@@ -18,8 +19,9 @@
 //     patch of the status subresource that keeps others' fields); statusEcho
 //     tells our own writes coming back through the watch from others' changes.
 //     statusmerge.go merges the provider's status into the API's.
-//   - delete.go: once a deletion is requested, DeletePod, then removal from the
-//     API once the provider confirms or the grace period has passed.
+//   - delete.go: once a deletion is requested, DeletePod; once the provider
+//     confirms or the grace period has passed, removal from the API, a stage
+//     of its own (removeHandler, on the removal queue).
 //   - reconcile.go: at start, what the provider already runs.
 //
 // The kubelet's rules the statuses follow are in files named for them:

@@ -77,14 +77,10 @@ func (c *Controller) handleProviderPod(p *corev1.Pod) {
 		return
 	}
 	key := keyOf(p)
-	status := p.Status.DeepCopy()
-	// Only pods the controller handed to the provider (or found there at start) are
-	// tracked; a late notice about a pod already forgotten is dropped.
-	c.state.updateIfExists(key, func(st *podState) {
-		if st.providerUID == p.UID || p.UID == "" {
-			st.notified = status
-		}
-	})
+	// Only pods the controller handed to the provider (or found there at start),
+	// or is handing to it, are tracked; a late notice about a pod already
+	// forgotten is dropped.
+	c.state.notify(key, p.UID, p.Status.DeepCopy())
 	c.statusQueue.Add(key)
 	// A deleting pod waits for the provider to confirm it stopped: this may be it.
 	if apiPod, err := c.pods.getCached(p.Namespace, p.Name); err == nil && apiPod.DeletionTimestamp != nil {

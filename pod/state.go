@@ -64,6 +64,16 @@ type stateStore struct {
 	// looks a record up, and nearly all pods have none, so that lookup need not
 	// take the store's lock, which the workers all share.
 	resized atomic.Int32
+	// creating are the pods whose CreatePod is in flight, by key, with the
+	// status the provider notified for one meanwhile (beginCreate).
+	creating map[string]*createInFlight
+}
+
+// createInFlight is one pod's CreatePod in flight: the incarnation created, and
+// the latest status the provider notified for it before the call returned.
+type createInFlight struct {
+	uid      types.UID
+	notified *corev1.PodStatus
 }
 
 type keyLock struct {
@@ -139,6 +149,68 @@ func (s *stateStore) updateIfExists(key string, fn func(*podState)) {
 // echo applies fn to the status echo of key, if key has state.
 func (s *stateStore) echo(key string, fn func(*statusEcho)) {
 	s.updateIfExists(key, func(st *podState) { fn(&st.echo) })
+}
+
+// notify keeps status, which the provider notified for incarnation uid of key,
+// until it is written: in the pod's state if the provider runs that incarnation
+// (a notice without a UID is taken for the one it runs), else with a CreatePod
+// of it still in flight, since a provider may notify a pod before the call
+// that creates it returns.
+func (s *stateStore) notify(key string, uid types.UID, status *corev1.PodStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.states[key]; st != nil && (st.providerUID == uid || uid == "") {
+		st.notified = status
+		return
+	}
+	if cr := s.creating[key]; cr != nil && cr.uid == uid && uid != "" {
+		cr.notified = status
+	}
+}
+
+// beginCreate records that CreatePod of incarnation uid of key is in flight, so
+// that notify keeps what the provider notifies for it meanwhile; created hands
+// that to the pod's state. The caller holds key's lock until it calls the
+// returned end, once the call has returned, whatever its outcome.
+func (s *stateStore) beginCreate(key string, uid types.UID) (end func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.creating == nil {
+		s.creating = map[string]*createInFlight{}
+	}
+	s.creating[key] = &createInFlight{uid: uid}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.endCreateLocked(key)
+	}
+}
+
+// created applies fn to the state of key, creating it if needed, once
+// CreatePod has succeeded: notified is the status the provider notified while
+// the call was in flight (beginCreate), nil if none. From then on notify keeps
+// notices in the state.
+func (s *stateStore) created(key string, fn func(st *podState, notified *corev1.PodStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var notified *corev1.PodStatus
+	if cr := s.creating[key]; cr != nil {
+		notified = cr.notified
+	}
+	s.endCreateLocked(key)
+	st := s.states[key]
+	if st == nil {
+		st = &podState{}
+		s.states[key] = st
+	}
+	fn(st, notified)
+}
+
+func (s *stateStore) endCreateLocked(key string) {
+	delete(s.creating, key)
+	if len(s.creating) == 0 {
+		s.creating = nil // as locks: a burst of creates keeps no room
+	}
 }
 
 // forget drops the state of key.

@@ -42,6 +42,9 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 	if st.providerUID != cached.UID || (cached.Terminal() && !stoppedByNode(st, cached)) {
 		return nil // not (yet) in the provider, or finished for good
 	}
+	if c.removable.has(key, cached.UID) {
+		return nil // stopped (or past its grace period) and on its way out of the API
+	}
 	// The status and the few metadata fields below are all this handler reads.
 	p, err := cached.WithStatus()
 	if err != nil {

@@ -193,6 +193,10 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	if err != nil {
 		return c.resolveFailed(ctx, p, err)
 	}
+	// A status the provider notifies before the call returns is kept for the
+	// status check the notice queued, which then need not ask for it.
+	endCreate := c.state.beginCreate(key, p.UID)
+	defer endCreate()
 	err = c.callProvider(ctx, p, "CreatePod", func(ctx context.Context) error {
 		if rp != nil {
 			return c.resolvedHandler.CreateResolvedPod(ctx, rp)
@@ -208,9 +212,9 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		started = &sc
 	}
 	c.state.setResize(key, nil) // a new incarnation runs the spec's resources
-	c.state.update(key, func(s *podState) {
+	c.state.created(key, func(s *podState, notified *corev1.PodStatus) {
 		s.providerUID, s.lastPod = p.UID, cached
-		s.deleteRequested, s.notified, s.startTrace = false, nil, started
+		s.deleteRequested, s.notified, s.startTrace = false, notified, started
 		s.env, s.volumes, s.volumesStale = nil, volumesDigest{}, false
 		if rp != nil {
 			s.env, s.volumes = rp.Env, digestVolumes(rp.Volumes)

@@ -1,12 +1,16 @@
 package pod
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 )
@@ -171,5 +175,103 @@ func TestAStatusOnlyChangeIsSyncedWithoutDecoding(t *testing.T) {
 	}
 	if got := f.provider.callList(); len(got) != 1 {
 		t.Fatalf("provider calls = %v, want only the create", got)
+	}
+}
+
+// earlyNotifier is a fakeProvider that notifies a pod's status from inside
+// CreatePod, before the call returns, as a provider behind the protocol often
+// does (its notice and its answer cross), with the UID it says; it counts
+// GetPodStatus calls.
+type earlyNotifier struct {
+	*fakeProvider
+	notify     func(*corev1.Pod)
+	noticeUID  types.UID // "" : the created pod's own
+	statusGets int
+}
+
+func (e *earlyNotifier) NotifyPods(_ context.Context, notify func(*corev1.Pod)) { e.notify = notify }
+
+func (e *earlyNotifier) CreatePod(ctx context.Context, p *corev1.Pod) error {
+	if err := e.fakeProvider.CreatePod(ctx, p); err != nil {
+		return err
+	}
+	notice := p.DeepCopy() // the status CreatePod gave it: Running
+	if e.noticeUID != "" {
+		notice.UID = e.noticeUID
+	}
+	e.notify(notice)
+	return nil
+}
+
+func (e *earlyNotifier) GetPodStatus(ctx context.Context, ns, name string) (*corev1.PodStatus, error) {
+	e.mu.Lock()
+	e.statusGets++
+	e.mu.Unlock()
+	return e.fakeProvider.GetPodStatus(ctx, ns, name)
+}
+
+// A status the provider notifies while CreatePod is in flight is the one the
+// first status check writes: it does not ask the provider again (bench
+// --remote saw 2,630 to 3,335 extra GetPodStatus calls per 5,000 pods). A
+// notice for another incarnation of the name is not taken for it.
+func TestANoticeBeforeCreatePodReturnsIsTheFirstStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		noticeUID  types.UID
+		statusGets int
+	}{
+		{"of the pod created", "", 0},
+		{"of an earlier pod of the name", "uid-earlier", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, newPod("a"))
+			prov := &earlyNotifier{fakeProvider: f.provider, noticeUID: tc.noticeUID}
+			c, err := NewController(Config{
+				Client: f.client, NodeName: testNode, Provider: prov, Recorder: f.recorder, Clock: f.clock,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.c, f.ctx = c, t.Context()
+			prov.notify = c.handleProviderPod
+			// The informer does not run: the status write's echo would queue
+			// another check, and a GetPodStatus, at a time of its own.
+			if err := c.pods.indexer.Add(mustCompact(t, newPod("a"))); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := c.syncHandler(f.ctx, "ns/a"); err != nil {
+				t.Fatal(err)
+			}
+			f.drainStatusChecks()
+			if prov.statusGets != tc.statusGets {
+				t.Errorf("GetPodStatus called %d times, want %d", prov.statusGets, tc.statusGets)
+			}
+			if got := f.apiStatus("ns/a"); got.Phase != corev1.PodRunning {
+				t.Errorf("the API has phase %s, want Running", got.Phase)
+			}
+			if n := len(c.state.creating); n != 0 {
+				t.Errorf("%d creates still recorded in flight", n)
+			}
+		})
+	}
+}
+
+// A CreatePod that fails leaves no create recorded in flight, and a notice
+// that comes after is not kept for a pod the provider does not run.
+func TestAFailedCreateKeepsNoNotice(t *testing.T) {
+	f := newFixture(t, newPod("a"))
+	f.start()
+	f.provider.failNext["CreatePod"] = errors.New("no room")
+	if err := f.c.syncHandler(f.ctx, "ns/a"); err == nil {
+		t.Fatal("the sync of a pod whose create failed succeeded")
+	}
+	if n := len(f.c.state.creating); n != 0 {
+		t.Fatalf("%d creates still recorded in flight", n)
+	}
+	f.c.handleProviderPod(newPod("a"))
+	if st := f.c.state.get("ns/a"); st.notified != nil {
+		t.Fatalf("a notice for a pod the provider does not run was kept: %+v", st.notified)
 	}
 }

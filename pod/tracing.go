@@ -18,6 +18,7 @@ const (
 	spanResolve = "pod.resolve"
 	spanStatus  = "pod.status"
 	spanDelete  = "pod.delete"
+	spanRemove  = "pod.remove"
 	spanPatch   = "api.patchStatus"
 )
 

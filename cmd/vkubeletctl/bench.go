@@ -153,7 +153,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	f.StringSliceVar(&cfg.AgentArgs, "agent-flag", nil, "extra flag for the node agent, repeatable (e.g. --agent-flag=--kube-api-qps=200)")
 	f.StringSliceVar(&cfg.AgentEnv, "agent-env", nil, "extra NAME=value environment variable for the node agent, repeatable (e.g. --agent-env=GOGC=50)")
 	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory to save the heap profiles behind the live heap figures in (KIND-idle.heap, KIND-pods.heap; the last run's), for go tool pprof")
-	f.BoolVar(&cfg.Remote, "remote", false, "also measure the node with the mock behind the provider protocol (vkubelet provider serve on a unix socket; the provider's own CPU and memory are not counted), in the same run")
+	f.BoolVar(&cfg.Remote, "remote", false, "also measure the node with the mock behind the provider protocol (vkubelet provider serve on a unix socket; the provider process's CPU is reported next to the agent's, its memory is not counted), in the same run")
 	f.DurationVar(&cfg.Idle, "idle", 0, "let each node's pods run untouched this long once Running and report its API writes per second meanwhile (leases, token refreshes; these start 9 minutes into one-hour tokens, so e.g. --idle 15m)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole measurement this many times (each on a fresh local control plane unless --kubeconfig is given) and report the median of each figure")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -377,7 +377,12 @@ func printResult(out io.Writer, r *bench.Result) {
 			}
 			return fmt.Sprintf("%.1f MiB (%.2f KiB per pod)", n.HeapGrowthMiB, 1024*n.HeapGrowthMiB/float64(r.Pods))
 		})
-	row("CPU", none, func(n *bench.NodeResult) string { return fmt.Sprintf("%.1f s", n.CPUSeconds) })
+	row("CPU", none, func(n *bench.NodeResult) string {
+		if n == r.Remote {
+			return fmt.Sprintf("%.1f s + provider process %.1f s", n.CPUSeconds, n.ProviderCPUSeconds)
+		}
+		return fmt.Sprintf("%.1f s", n.CPUSeconds)
+	})
 	if r.IdleMaxMinuteWritesPerS > 0 || len(r.IdleWritesPerS) > 0 {
 		row("idle API writes/s: mean / busiest minute", none,
 			func(n *bench.NodeResult) string {

@@ -165,13 +165,17 @@ type NodeResult struct {
 	// from idle to all pods Running: what it keeps per pod, apart from the
 	// garbage collector's headroom, which RSS includes. NoHeap says it could not
 	// be read (a process that serves no pprof heap profile).
-	HeapGrowthMiB  float64 `json:"heap_growth_mib"`
-	NoHeap         bool    `json:"no_heap,omitempty"`
-	CPUSeconds     float64 `json:"cpu_s"`
-	DeletePodsPerS float64 `json:"delete_pods_per_s"`
-	DeleteP99ms    float64 `json:"delete_p99_ms"`
-	CreateSeconds  float64 `json:"create_s"`
-	DeleteSeconds  float64 `json:"delete_s"`
+	HeapGrowthMiB float64 `json:"heap_growth_mib"`
+	NoHeap        bool    `json:"no_heap,omitempty"`
+	CPUSeconds    float64 `json:"cpu_s"`
+	// ProviderCPUSeconds is the CPU of the provider's own process behind the
+	// agent (the protocol's node), over the same time as CPUSeconds; 0 for a
+	// node without one.
+	ProviderCPUSeconds float64 `json:"provider_cpu_s,omitempty"`
+	DeletePodsPerS     float64 `json:"delete_pods_per_s"`
+	DeleteP99ms        float64 `json:"delete_p99_ms"`
+	CreateSeconds      float64 `json:"create_s"`
+	DeleteSeconds      float64 `json:"delete_s"`
 	// With Config.Idle: the node's API writes per second by kind over the idle
 	// time, and the highest total of any one minute of it.
 	IdleWritesPerS          map[string]float64 `json:"idle_writes_per_s,omitempty"`
@@ -372,6 +376,12 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	if err != nil {
 		return nil, err
 	}
+	var providerIdle usage
+	if n.provider != nil {
+		if providerIdle, err = n.provider.usage(); err != nil {
+			return nil, err
+		}
+	}
 	before, err := n.writes(ctx)
 	if err != nil {
 		return nil, n.failed(err)
@@ -470,6 +480,13 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 		return nil, err
 	}
 	r.PeakRSSMiB, r.CPUSeconds = final.peakMiB, final.cpuSeconds-idle.cpuSeconds
+	if n.provider != nil {
+		providerFinal, err := n.provider.usage()
+		if err != nil {
+			return nil, err
+		}
+		r.ProviderCPUSeconds = providerFinal.cpuSeconds - providerIdle.cpuSeconds
+	}
 	fmt.Fprintf(cfg.Log, "bench: %s: %.1f pods/s, delete %.1f pods/s\n", n.kind, r.PodsPerS, r.DeletePodsPerS)
 	return r, nil
 }

@@ -63,6 +63,33 @@ func TestMedianOfKwokFigures(t *testing.T) {
 	}
 }
 
+// The protocol's node reports its provider process's CPU beside the agent's,
+// as a median of its own, under "remote" in the JSON.
+func TestTheProvidersCPUIsReportedWithTheRemoteNode(t *testing.T) {
+	runs := []*Result{
+		{Remote: &NodeResult{CPUSeconds: 7, ProviderCPUSeconds: 2.5}},
+		{Remote: &NodeResult{CPUSeconds: 6, ProviderCPUSeconds: 1.5}},
+		{Remote: &NodeResult{CPUSeconds: 8, ProviderCPUSeconds: 2}},
+	}
+	m := Median(runs)
+	if m.Remote == nil || m.Remote.CPUSeconds != 7 || m.Remote.ProviderCPUSeconds != 2 {
+		t.Fatalf("remote median = %+v, want 7 CPU s in the agent and 2 in the provider", m.Remote)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Remote map[string]any `json:"remote"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Remote["provider_cpu_s"] != 2.0 {
+		t.Errorf("remote = %v, want provider_cpu_s 2", got.Remote)
+	}
+}
+
 // The agent's figures stay at the top level of the JSON, under the names
 // documented before kwok was added; kwok's are under "kwok".
 func TestResultJSONKeepsTheDocumentedNames(t *testing.T) {

@@ -91,6 +91,7 @@ func medianNode(runs []*NodeResult) NodeResult {
 	out.FileMiB = med(func(r *NodeResult) float64 { return r.FileMiB })
 	out.HeapGrowthMiB = med(func(r *NodeResult) float64 { return r.HeapGrowthMiB })
 	out.CPUSeconds = med(func(r *NodeResult) float64 { return r.CPUSeconds })
+	out.ProviderCPUSeconds = med(func(r *NodeResult) float64 { return r.ProviderCPUSeconds })
 	out.DeletePodsPerS = med(func(r *NodeResult) float64 { return r.DeletePodsPerS })
 	out.DeleteP99ms = med(func(r *NodeResult) float64 { return r.DeleteP99ms })
 	out.CreateSeconds = med(func(r *NodeResult) float64 { return r.CreateSeconds })

@@ -68,11 +68,17 @@ func startRemoteAgent(ctx context.Context, cfg Config) (*node, error) {
 	}
 	sock := filepath.Join(dir, "p.sock")
 	const name = "bench-remote-node"
-	mock, err := startChild(ctx, cfg.Binary, []string{"provider", "serve", "--provider", "mock", "--nodename", name,
-		"--listen", "unix://" + sock, "--log-level", "warn"}, cfg.AgentEnv, dir)
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"provider", "serve", "--provider", "mock", "--nodename", name,
+		"--listen", "unix://" + sock, "--pprof-addr", pprofAddr, "--log-level", "warn"}
+	mock, err := startChild(ctx, cfg.Binary, args, cfg.AgentEnv, dir)
 	if err != nil {
 		return nil, fmt.Errorf("starting the provider: %w", err)
 	}
+	fmt.Fprintf(cfg.Log, "bench: provider pid %d: %s %s\n", mock.cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
 	conf := filepath.Join(dir, "remote.json")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`{"endpoint": "unix://%s"}`, sock)), 0o644); err != nil {
 		mock.stop()
@@ -83,6 +89,7 @@ func startRemoteAgent(ctx context.Context, cfg Config) (*node, error) {
 		mock.stop()
 		return nil, err
 	}
+	n.provider = mock
 	n.cleanup = mock.stop
 	return n, nil
 }

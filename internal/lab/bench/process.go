@@ -21,6 +21,9 @@ type node struct {
 	kind  string   // "vkubelet" or "kwok"
 	names []string // the Node objects
 	proc  *child
+	// provider, if set, is the provider's own process (`vkubelet provider
+	// serve`) behind the agent: its CPU is reported next to the agent's.
+	provider *child
 	// metricsURL serves the process's Go runtime metrics (/metrics) and pprof
 	// (/debug/pprof), for its live heap; empty if it serves none.
 	metricsURL string
