@@ -13,7 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	certificatesinformers "k8s.io/client-go/informers/certificates/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -22,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 )
 
 // Config is what a Controller needs.
@@ -53,7 +56,7 @@ type Controller struct {
 	csrsSynced cache.InformerSynced
 	// podsSynced is nil without Config.PodSelector.
 	podsSynced cache.InformerSynced
-	factories  []informers.SharedInformerFactory
+	informers  informerutil.Informers
 	queue      workqueue.TypedRateLimitingInterface[string]
 	recorder   record.EventRecorder
 	events     record.EventBroadcaster
@@ -70,12 +73,12 @@ func NewController(cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	f := informers.NewSharedInformerFactory(cfg.Client, 0)
-	csrInformer := f.Certificates().V1().CertificateSigningRequests()
+	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	csrInformer := certificatesinformers.NewCertificateSigningRequestInformer(cfg.Client, 0, byNamespace)
 	c := &Controller{
 		client: cfg.Client, policy: cfg.Policy, log: cfg.Logger,
-		csrs: csrInformer.Lister(), csrsSynced: csrInformer.Informer().HasSynced,
-		factories: []informers.SharedInformerFactory{f},
+		csrs:       certificateslisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()),
+		csrsSynced: csrInformer.HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csr-approver"}),
@@ -83,14 +86,14 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vkubelet-csr-approver"})
 	if cfg.PodSelector != nil && !cfg.PodSelector.Empty() {
-		pf := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.PodNamespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.PodSelector.String() }))
-		pods := pf.Core().V1().Pods()
-		c.podsSynced = pods.Informer().HasSynced
-		c.policy.ServingIPs = AnyOf{c.policy.ServingIPs, podIPs{pods.Lister().Pods(cfg.PodNamespace)}}
-		c.factories = append(c.factories, pf)
+		pods := coreinformers.NewFilteredPodInformer(cfg.Client, cfg.PodNamespace, 0, byNamespace,
+			func(o *metav1.ListOptions) { o.LabelSelector = cfg.PodSelector.String() })
+		c.podsSynced = pods.HasSynced
+		c.policy.ServingIPs = AnyOf{c.policy.ServingIPs, podIPs{corelisters.NewPodLister(pods.GetIndexer()).Pods(cfg.PodNamespace)}}
+		c.informers.Add(pods)
 	}
-	_, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.informers.Add(csrInformer)
+	_, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 	})
@@ -113,14 +116,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	c.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
 	defer c.events.Shutdown()
-	for _, f := range c.factories {
-		f.Start(ctx.Done())
-	}
-	defer func() {
-		for _, f := range c.factories {
-			f.Shutdown()
-		}
-	}()
+	c.informers.Start(ctx.Done())
+	defer c.informers.Shutdown()
 	synced := []cache.InformerSynced{c.csrsSynced}
 	if c.podsSynced != nil {
 		synced = append(synced, c.podsSynced)

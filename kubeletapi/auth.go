@@ -11,9 +11,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 )
 
 // AuthConfig says how callers of the kubelet API are authenticated and authorized.
@@ -62,16 +62,9 @@ func NewDelegatingAuth(ctx context.Context, cfg AuthConfig) (authenticator.Reque
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the authenticator: %w", err)
 	}
-	z, err := authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: cfg.Client.AuthorizationV1(),
-		AllowCacheTTL:             cfg.AllowCacheTTL,
-		DenyCacheTTL:              cfg.DenyCacheTTL,
-		WebhookRetryBackoff:       backoff,
-	}.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("building the authorizer: %w", err)
-	}
-	return a, z, nil
+	z := newAccessReviews(cfg.Client.AuthorizationV1().SubjectAccessReviews(), cfg.AllowCacheTTL, cfg.DenyCacheTTL,
+		*backoff, clock.RealClock{})
+	return a, authorizer.AuthorizerFunc(z.Authorize), nil
 }
 
 // withAuth authenticates and authorizes every request before next sees it.

@@ -6,13 +6,11 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -148,23 +146,22 @@ func (c *Controller) Run(ctx context.Context) error {
 		// Its own context (a shared Watch needs none: a NodeSet's nodes do
 		// without one each), ended before Shutdown waits for the informer.
 		informerCtx, stopInformer := context.WithCancel(ctx)
-		factory := informers.NewSharedInformerFactory(c.client, 0)
+		byName := fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+		lw := informerutil.ListWatchOf(c.client, c.client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
+		informer := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+		var run informerutil.Informers
+		run.Add(informer)
 		defer func() {
 			stopInformer()
-			factory.Shutdown() // waits for the informer to stop
+			run.Shutdown() // waits for the informer to stop
 		}()
-		informer := factory.InformerFor(&corev1.Node{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			byName := fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
-			lw := informerutil.ListWatchOf(client, client.CoreV1().Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = byName })
-			return cache.NewSharedIndexInformer(lw, &corev1.Node{}, resync, cache.Indexers{})
-		})
 		if err := informer.SetTransform(slimNode); err != nil {
 			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 		}
 		if _, err := informer.AddEventHandler(events); err != nil {
 			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 		}
-		factory.Start(informerCtx.Done())
+		run.Start(informerCtx.Done())
 		synced = informer.HasSynced
 	}
 

@@ -11,7 +11,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	corev1 "k8s.io/api/core/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 	"github.com/vkubelet/vkubelet/provider"
@@ -104,8 +104,8 @@ type Controller struct {
 	// provider, and tells us when what a pod references changes.
 	resolver *resolve.Resolver
 
-	// informers is the node's own pod informer; nil with a Source.
-	informers informers.SharedInformerFactory
+	// informers runs the node's own pod informer; nil with a Source.
+	informers *informerutil.Informers
 	// source is the process's shared pod watch, nil without one.
 	source *Source
 	// timer keeps the queues' delayed adds: the process's, or the controller's
@@ -239,22 +239,21 @@ func NewController(cfg Config) (*Controller, error) {
 		c.podsSynced = cfg.Source.informer.HasSynced
 		return c, nil
 	}
-	factory := informers.NewSharedInformerFactory(cfg.Client, cfg.ResyncPeriod)
-	// Without the factory's namespace index, which nothing here reads and which
-	// costs a set entry per pod; the cache keeps pods encoded (compactTransform).
+	// Without the namespace index client-go's factories give a pod informer,
+	// which nothing here reads and which costs a set entry per pod; the cache
+	// keeps pods encoded (compactTransform).
 	// Its list and watch retry promptly while the API server is away, so pods bound
 	// after an outage are seen within a second of its return (internal/informerutil).
 	lw, err := nodePodsListWatch(cfg.Client, c.rawPods, cfg.NodeName, cfg.PodWatch, c.log)
 	if err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
-	podInformer := factory.InformerFor(&corev1.Pod{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return podwire.NewInformer(lw, c.rawPods, resync, cache.Indexers{})
-	})
+	podInformer := podwire.NewInformer(lw, c.rawPods, cfg.ResyncPeriod, cache.Indexers{})
 	if err := podInformer.SetTransform(podwire.TransformOf(podInformer.GetIndexer())); err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
-	c.informers = factory
+	c.informers = &informerutil.Informers{}
+	c.informers.Add(podInformer)
 	c.pods = podCache{indexer: podInformer.GetIndexer()}
 	c.podsSynced = podInformer.HasSynced
 	if _, err := podInformer.AddEventHandler(c.podEvents); err != nil {

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -21,9 +21,9 @@ import (
 // pods (by label, indexed by their source pod), whose changes are reported as the
 // source pods'; and every pod not terminated and every node, for the free capacity.
 func (p *Provider) startInformers(ctx context.Context) {
-	ours := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.m.selector() }))
-	p.pods = ours.Core().V1().Pods().Informer()
+	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	p.pods = coreinformers.NewFilteredPodInformer(p.client, metav1.NamespaceAll, 0, byNamespace,
+		func(o *metav1.ListOptions) { o.LabelSelector = p.m.selector() })
 	_ = p.pods.AddIndexers(cache.Indexers{originIndex: func(obj any) ([]string, error) {
 		if m, ok := obj.(metav1.Object); ok {
 			if k := p.m.originKey(m); k != "" {
@@ -38,14 +38,9 @@ func (p *Provider) startInformers(ctx context.Context) {
 		DeleteFunc: p.onTargetPodDeleted,
 	})
 
-	all := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
-		}))
-	p.allPods = all.Core().V1().Pods().Informer()
-	// Nodes come from a factory of their own: the pods' field selector does not apply.
-	nodes := informers.NewSharedInformerFactory(p.client, 0)
-	p.nodes = nodes.Core().V1().Nodes().Informer()
+	p.allPods = coreinformers.NewFilteredPodInformer(p.client, metav1.NamespaceAll, 0, byNamespace,
+		func(o *metav1.ListOptions) { o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed" })
+	p.nodes = coreinformers.NewNodeInformer(p.client, 0, byNamespace)
 	p.capacity.changed = make(chan struct{}, 1)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.capacityChanged() },
@@ -55,10 +50,8 @@ func (p *Provider) startInformers(ctx context.Context) {
 	_, _ = p.allPods.AddEventHandler(h)
 	_, _ = p.nodes.AddEventHandler(h)
 
-	p.factories = []informers.SharedInformerFactory{ours, all, nodes}
-	for _, f := range p.factories {
-		f.Start(ctx.Done())
-	}
+	p.informers.Add(p.pods, p.allPods, p.nodes)
+	p.informers.Start(ctx.Done())
 	go p.runCapacity(ctx)
 }
 

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/informerutil"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 )
@@ -44,7 +44,7 @@ type Provider struct {
 	// nodes and allPods feed the capacity (capacity.go).
 	nodes     cache.SharedIndexInformer
 	allPods   cache.SharedIndexInformer
-	factories []informers.SharedInformerFactory
+	informers informerutil.Informers
 
 	mu sync.Mutex
 	// records remembers, per source pod key, what we were asked to run: to answer

@@ -3,8 +3,8 @@
 // goroutine and an 8 KiB channel of its own; a process with a thousand virtual
 // nodes has three thousand pod queues, nearly all idle, and would keep 24 MiB and
 // three thousand goroutines for retries and grace-period checks that rarely come.
-// A Timer's queues are client-go's plain queues with AddAfter kept by the Timer,
-// or, for queues without metrics, shrinking's.
+// A Timer's queues are shrinking's (which give back a burst's room once empty,
+// where client-go's keep it), with AddAfter kept by the Timer.
 package sharedtimer
 
 import (
@@ -38,9 +38,11 @@ func New(clk clock.WithTicker) *Timer {
 	return &Timer{clock: clk, wake: make(chan struct{}, 1)}
 }
 
-// Queue returns a new delaying queue whose AddAfter the Timer keeps: client-go's
-// plain queue configured by cfg, or, when cfg has no name (and client-go would
-// report no metrics of it), a shrinking queue. For a rate-limiting queue, pass it as
+// Queue returns a new delaying queue whose AddAfter the Timer keeps: a shrinking
+// queue reporting to cfg's MetricsProvider what client-go's plain queue
+// configured by cfg would, or none when cfg has no name (client-go reports none
+// of it either). Without a MetricsProvider, client-go's queue reports to its
+// global one, so it is client-go's queue. For a rate-limiting queue, pass it as
 // TypedRateLimitingQueueConfig.DelayingQueue.
 func (t *Timer) Queue(cfg workqueue.TypedQueueConfig[string]) workqueue.TypedDelayingInterface[string] {
 	return t.NotifyingQueue(cfg, nil)
@@ -54,10 +56,13 @@ func (t *Timer) NotifyingQueue(cfg workqueue.TypedQueueConfig[string], added fun
 		cfg.Clock = t.clock
 	}
 	var base workqueue.TypedInterface[string]
-	if cfg.Name == "" {
+	switch {
+	case cfg.Name == "":
 		// client-go reports no metrics for it either.
 		base = shrinking.New()
-	} else {
+	case cfg.MetricsProvider != nil:
+		base = shrinking.NewWithMetrics(cfg.Name, cfg.MetricsProvider, cfg.Clock)
+	default:
 		base = workqueue.NewTypedWithConfig(cfg)
 	}
 	return &queue{TypedInterface: base, timer: t, added: added}

@@ -13,8 +13,10 @@
 // making it again costs a small allocation when an emptied queue gets an
 // item, next to the kilobytes a pod's sync allocates.
 //
-// It reports no metrics: sharedtimer builds it for the queues client-go would
-// build without (no name), whose nodes count their queues themselves.
+// A queue of New reports no metrics (sharedtimer builds it for the queues
+// client-go would build without, whose nodes count their queues themselves);
+// one of NewWithMetrics reports client-go's, whose item times it also drops
+// once the queue is empty.
 package shrinking
 
 import (
@@ -34,6 +36,8 @@ type Queue struct {
 	// processing those handed out by Get and not yet Done.
 	dirty, processing   map[string]struct{}
 	shuttingDown, drain bool
+	// metrics is nil for a queue of New, which reports none.
+	metrics *metrics
 }
 
 var _ workqueue.TypedInterface[string] = &Queue{}
@@ -56,6 +60,7 @@ func (q *Queue) Add(item string) {
 	if _, ok := q.dirty[item]; ok {
 		return
 	}
+	q.metrics.add(item)
 	q.dirty = insert(q.dirty, item)
 	if _, ok := q.processing[item]; ok {
 		return
@@ -83,6 +88,7 @@ func (q *Queue) Get() (item string, shutdown bool) {
 		return "", true
 	}
 	item = q.pop()
+	q.metrics.get(item)
 	q.processing = insert(q.processing, item)
 	q.dirty = remove(q.dirty, item)
 	return item, false
@@ -92,6 +98,7 @@ func (q *Queue) Get() (item string, shutdown bool) {
 func (q *Queue) Done(item string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.metrics.done(item)
 	q.processing = remove(q.processing, item)
 	if _, ok := q.dirty[item]; ok {
 		q.push(item)
@@ -104,6 +111,7 @@ func (q *Queue) Done(item string) {
 // ShutDown makes the queue drop later adds, and Get return shutdown once the
 // queued items are taken.
 func (q *Queue) ShutDown() {
+	q.metrics.shutDown()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.drain = false
@@ -114,6 +122,7 @@ func (q *Queue) ShutDown() {
 // ShutDownWithDrain is ShutDown, then waits until every item handed out is
 // done, unless ShutDown is called meanwhile.
 func (q *Queue) ShutDownWithDrain() {
+	q.metrics.shutDown()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.drain = true
