@@ -141,3 +141,20 @@ func TestTheTestsAStoppedRunDidNotReachAreNotRun(t *testing.T) {
 		t.Errorf("got %+v, want a passed and b not run", got)
 	}
 }
+
+func TestEachKubeletHasItsOwnCgroupRootPortsAndPodLogs(t *testing.T) {
+	got := kubeletConfig(kubeletJoin{Dir: "/run/x/target-kubelet", NodeIP: "10.213.0.2", Port: 10270, HealthzPort: 10278,
+		ContainerdSocket: "/run/c.sock", ClusterDNS: "10.0.0.10"}, "/pki/ca.crt", "/vkubelet-conformance-abc")
+	for _, want := range []string{
+		"address: 10.213.0.2\nport: 10270\n",
+		"healthzPort: 10278\n",
+		`cgroupRoot: "/vkubelet-conformance-abc"` + "\n",
+		`podLogsDir: "/run/x/target-kubelet/pod-logs"` + "\n",
+		"clusterDNS: [10.0.0.10]\n",
+		`containerRuntimeEndpoint: "unix:///run/c.sock"` + "\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("configuration lacks %q:\n%s", want, got)
+		}
+	}
+}
