@@ -20,15 +20,19 @@ func newConformanceCommand() *cobra.Command {
 		Procs:        4,
 	}
 	var listImages, buildOnly bool
+	cri := true
 	cmd := &cobra.Command{
 		Use:   "conformance",
-		Short: "Run Kubernetes' own e2e tests against a vkubelet CRI node on this machine",
+		Short: "Run Kubernetes' own e2e tests against vkubelet nodes (CRI, kube) and a kubelet on this machine",
 		Long: `conformance builds e2e.test and the test images from the control plane's
 Kubernetes version (the first time takes long), starts vkubeletctl up --provider
 cri (root: containerd, runc and the CNI plugins, as scripts/setup.sh installs),
 pushes the images to its local registry, runs the selected tests against the
-virtual node and prints each one's outcome. The JUnit report and the suite's
-output are in --dir. docs/CONFORMANCE.md says what it covers.`,
+virtual node and prints each one's outcome. With --kubelet it runs them again on
+a real kubelet joined to the cluster, with --kube on a vkubelet node whose kube
+provider offloads the pods to a second cluster (its node a real kubelet), and
+compares; --cri=false leaves the CRI node's run out. The JUnit reports and the
+suite's output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,6 +57,15 @@ output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 				return err
 			}
 			cfg.Vkubeletctl = self
+			cfg.SkipCRI = !cri
+			if cfg.Kube && cfg.Vkubelet == "" {
+				cfg.Vkubelet = filepath.Join(filepath.Dir(self), "vkubelet")
+			}
+			if cfg.Kube {
+				if _, err := os.Stat(cfg.Vkubelet); err != nil {
+					return fmt.Errorf("--kube runs the vkubelet program (go build -o bin/ ./cmd/vkubelet, or --vkubelet): %w", err)
+				}
+			}
 			if cfg.Dir == "" {
 				cache, err := controlplane.CacheDir()
 				if err != nil {
@@ -73,7 +86,10 @@ output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 	fl.IntVar(&cfg.Procs, "procs", cfg.Procs, "ginkgo processes running tests side by side (1: e2e.test alone, one test at a time)")
 	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "stop the suite after this long")
 	fl.BoolVar(&cfg.Kubelet, "kubelet", false, "run the same tests a second time on a real kubelet (of the same Kubernetes version, on the same containerd) joined to the cluster, and compare")
-	fl.StringVar(&cfg.NodeLogLevel, "node-log-level", cfg.NodeLogLevel, "the virtual node's log level")
+	fl.BoolVar(&cri, "cri", cri, "run the tests on the vkubelet CRI node (--cri=false: only on the nodes --kubelet and --kube add)")
+	fl.BoolVar(&cfg.Kube, "kube", false, "run the same tests, last, on a vkubelet node with the kube provider, offloading to a second local cluster whose node is a real kubelet, and compare")
+	fl.StringVar(&cfg.Vkubelet, "vkubelet", "", "the vkubelet program the kube provider's node runs (default: vkubelet beside vkubeletctl)")
+	fl.StringVar(&cfg.NodeLogLevel, "node-log-level", cfg.NodeLogLevel, "the virtual nodes' log level")
 	fl.BoolVar(&buildOnly, "build-only", false, "build (or find in the cache) e2e.test, the kubelet and the test images' programs, print their paths, and exit")
 	fl.BoolVar(&listImages, "list-unavailable-images", false, "print the suite's images that cannot be made here, and exit")
 	return cmd

@@ -23,7 +23,10 @@
 // automountServiceAccountToken is false and the kube-api-access-* token volumes and
 // their mounts are removed. nodeSelector, affinity and tolerations are kept unless
 // Config.Strip* says otherwise; nodeSelector terms that pin the pod to the virtual
-// node itself (kubernetes.io/hostname=<node>, type=virtual-kubelet) are dropped.
+// node itself (kubernetes.io/hostname=<node>, type=virtual-kubelet) are dropped, and
+// so are node affinity requirements that select it by name (kubernetes.io/hostname
+// or metadata.name In a list naming it, as DaemonSets and the e2e framework pin
+// pods): the virtual node stands for every target node.
 //
 // # Dependencies
 //

@@ -262,6 +262,31 @@ func TestDeploymentRunsInTheTargetAndGoesAwayWithIt(t *testing.T) {
 
 // Done when: a pod's ConfigMap and Secret appear in the target; updating the
 // ConfigMap in the source updates the copy; the copies go with the pod.
+// Done when: a pod pinned to the virtual node by node affinity, as the Kubernetes
+// e2e framework pins its pods (metadata.name In [node], not a nodeSelector),
+// runs in the target, on the target's node.
+func TestAPodPinnedToTheNodeByAffinityRunsInTheTarget(t *testing.T) {
+	tc := setup(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	spec := podSpec("hi")
+	spec.NodeSelector = nil
+	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{sourceNode}}}}}}}}
+	createPod(t, c, ns, "pinned", spec)
+	if p := waitRunning(t, c, ns, "pinned"); p.Spec.NodeName != sourceNode {
+		t.Fatalf("the source pod is on %q, want %s", p.Spec.NodeName, sourceNode)
+	}
+	tp, err := tc.CoreV1().Pods(targetNamespace(ns)).Get(context.Background(), "pinned", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp.Spec.NodeName != targetNode {
+		t.Errorf("the target pod is on %q, want %s", tp.Spec.NodeName, targetNode)
+	}
+}
+
 func TestConfigMapAndSecretFollowThePod(t *testing.T) {
 	tc := setup(t)
 	c := testenv.Client(t)

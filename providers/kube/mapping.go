@@ -3,6 +3,7 @@ package kube
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -173,6 +174,8 @@ func (m *mapper) targetPod(src *corev1.Pod) *corev1.Pod {
 	}
 	if m.stripAff {
 		spec.Affinity = nil
+	} else {
+		spec.Affinity = m.unpinnedAffinity(spec.Affinity)
 	}
 	if m.stripTol {
 		spec.Tolerations = nil
@@ -201,6 +204,57 @@ func (m *mapper) targetPod(src *corev1.Pod) *corev1.Pod {
 	dropMounts(spec.InitContainers)
 	dropMounts(spec.Containers)
 	return &corev1.Pod{ObjectMeta: meta, Spec: spec}
+}
+
+// unpinnedAffinity is a (a deep copy, which it may change) without the node
+// affinity terms that select the virtual node by name (kubernetes.io/hostname
+// or metadata.name In a list naming it), as the Kubernetes e2e framework and
+// DaemonSets pin pods to a node: the virtual node stands for the whole target,
+// so in the target such a requirement is met by any node. A required term left
+// with no requirement selected the virtual node alone, so every target node
+// meets the required affinity; a preferred term left empty prefers nothing.
+// Other terms are kept as they are.
+func (m *mapper) unpinnedAffinity(a *corev1.Affinity) *corev1.Affinity {
+	if a == nil || a.NodeAffinity == nil {
+		return a
+	}
+	pins := func(r corev1.NodeSelectorRequirement, key string) bool {
+		return r.Key == key && r.Operator == corev1.NodeSelectorOpIn && slices.Contains(r.Values, m.nodeName)
+	}
+	unpin := func(t corev1.NodeSelectorTerm) (corev1.NodeSelectorTerm, bool) {
+		exprs := slices.DeleteFunc(t.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return pins(r, corev1.LabelHostname) })
+		fields := slices.DeleteFunc(t.MatchFields, func(r corev1.NodeSelectorRequirement) bool { return pins(r, "metadata.name") })
+		changed := len(exprs) != len(t.MatchExpressions) || len(fields) != len(t.MatchFields)
+		return corev1.NodeSelectorTerm{MatchExpressions: exprs, MatchFields: fields}, changed
+	}
+	na := a.NodeAffinity
+	if req := na.RequiredDuringSchedulingIgnoredDuringExecution; req != nil {
+		for i, t := range req.NodeSelectorTerms {
+			u, changed := unpin(t)
+			if changed && len(u.MatchExpressions)+len(u.MatchFields) == 0 {
+				na.RequiredDuringSchedulingIgnoredDuringExecution = nil
+				break
+			}
+			req.NodeSelectorTerms[i] = u
+		}
+	}
+	prefs := na.PreferredDuringSchedulingIgnoredDuringExecution[:0]
+	for _, p := range na.PreferredDuringSchedulingIgnoredDuringExecution {
+		u, changed := unpin(p.Preference)
+		if changed && len(u.MatchExpressions)+len(u.MatchFields) == 0 {
+			continue
+		}
+		p.Preference = u
+		prefs = append(prefs, p)
+	}
+	na.PreferredDuringSchedulingIgnoredDuringExecution = prefs
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil && len(prefs) == 0 {
+		a.NodeAffinity = nil
+		if a.PodAffinity == nil && a.PodAntiAffinity == nil {
+			return nil
+		}
+	}
+	return a
 }
 
 // sourcePod is the target pod t as the source knows it: origin namespace, name and

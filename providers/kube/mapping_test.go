@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -161,6 +162,67 @@ func TestNodeSelectorPinningTheVirtualNodeIsDropped(t *testing.T) {
 	src.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "elsewhere"}
 	if ns := m.targetPod(src).Spec.NodeSelector; ns["kubernetes.io/hostname"] != "elsewhere" {
 		t.Fatalf("nodeSelector = %v", ns)
+	}
+}
+
+func TestNodeAffinityPinningTheVirtualNodeIsDropped(t *testing.T) {
+	m := testMapper(t, Config{})
+	pin := func(key string, values ...string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}
+	}
+	zone := pin("topology.kubernetes.io/zone", "a")
+	for _, tc := range []struct {
+		name     string
+		affinity *corev1.NodeAffinity
+		want     *corev1.NodeAffinity
+	}{{
+		name: "e2e's SetNodeAffinity: metadata.name In [node]",
+		affinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{pin("metadata.name", "vk")}}}}},
+		want: nil,
+	}, {
+		name: "a hostname pin beside another requirement keeps the other",
+		affinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{pin(corev1.LabelHostname, "other", "vk"), zone}}}}},
+		want: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}}}},
+	}, {
+		name: "a term pinning the node alone makes every target node fit",
+		affinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}, {MatchFields: []corev1.NodeSelectorRequirement{pin("metadata.name", "vk")}}}}},
+		want: nil,
+	}, {
+		name: "another node's pin and anti-affinity to this node stay",
+		affinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{pin("metadata.name", "other"),
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"vk"}}}}}}},
+		want: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{pin("metadata.name", "other"),
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"vk"}}}}}}},
+	}, {
+		name: "a preference for the node goes, others stay",
+		affinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+			{Weight: 1, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{pin(corev1.LabelHostname, "vk")}}},
+			{Weight: 2, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}}}},
+		want: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+			{Weight: 2, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}}}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := sourcePod()
+			src.Spec.Affinity = &corev1.Affinity{NodeAffinity: tc.affinity}
+			kept := src.DeepCopy()
+			got := m.targetPod(src).Spec.Affinity
+			if tc.want == nil {
+				if got != nil {
+					t.Errorf("affinity = %+v, want none", got)
+				}
+			} else if got == nil || !equality.Semantic.DeepEqual(got.NodeAffinity, tc.want) {
+				t.Errorf("node affinity = %+v, want %+v", got, tc.want)
+			}
+			if !equality.Semantic.DeepEqual(src, kept) {
+				t.Error("the source pod was changed")
+			}
+		})
 	}
 }
 
