@@ -442,6 +442,18 @@ func rawContainerConfig(pod *corev1.Pod, c *corev1.Container, node string, mount
 	if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
 		shares = max(q.MilliValue()*1024/1000, shares)
 	}
+	// The cpu and memory it was created with, which the provider notes on
+	// each container for a resize that needs a restart.
+	keep := func(l corev1.ResourceList) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := l[name]; ok {
+				out[name] = q
+			}
+		}
+		return out
+	}
+	created, _ := json.Marshal(corev1.ResourceRequirements{Requests: keep(c.Resources.Requests), Limits: keep(c.Resources.Limits)})
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},
 		Image:    &runtimeapi.ImageSpec{Image: c.Image},
@@ -455,15 +467,19 @@ func rawContainerConfig(pod *corev1.Pod, c *corev1.Container, node string, mount
 			"io.kubernetes.pod.namespace":  pod.Namespace,
 			"io.kubernetes.pod.uid":        string(pod.UID),
 			"io.kubernetes.container.name": c.Name,
+			"vkubelet.io/round":            "0",
 		},
 		Annotations: map[string]string{
+			"vkubelet.io/resources":                            string(created),
 			"io.kubernetes.container.restartCount":             "0",
 			"vkubelet.io/image":                                c.Image,
 			"io.kubernetes.container.terminationMessagePath":   "/dev/termination-log",
 			"io.kubernetes.container.terminationMessagePolicy": string(corev1.TerminationMessageReadFile),
 		},
 		Linux: &runtimeapi.LinuxContainerConfig{
-			Resources:       &runtimeapi.LinuxContainerResources{CpuShares: shares},
+			// A burstable pod's score where the node's memory is not known
+			// (999); the score costs the runtime nothing, whatever it is.
+			Resources:       &runtimeapi.LinuxContainerResources{CpuShares: shares, OomScoreAdj: 999},
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: podNamespaces()},
 		},
 	}
