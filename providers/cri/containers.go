@@ -137,6 +137,7 @@ func (p *Provider) startCreatedWithHook(ctx context.Context, rec *podRecord, pod
 	if !p.startCreated(ctx, rec, c, st) {
 		return false
 	}
+	p.recordEvent(pod, c.Name, corev1.EventTypeNormal, reasonStarted, "Container started")
 	_ = p.postStart(ctx, rec, pod, c, st, st.cur.Id) // its failure is handled there
 	return true
 }
@@ -233,7 +234,8 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		sb.Metadata.Attempt = rec.sandboxAttempt
 		rec.sandboxCfg = sb
 	}
-	if err := p.ensureImage(ctx, sb, c, creds); err != nil {
+	note := func(reason, message string) { p.recordEvent(pod, c.Name, corev1.EventTypeNormal, reason, message) }
+	if err := p.ensureImage(ctx, sb, c, creds, note); err != nil {
 		reason := "ErrImagePull"
 		if c.ImagePullPolicy == corev1.PullNever {
 			reason = "ErrImageNeverPull"
@@ -274,11 +276,13 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		p.removeTerminationFiles(pod, c.Name, attempt, true)
 		return fail("CreateContainerError", err)
 	}
+	note(reasonCreated, "Container created")
 	if _, err := p.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
 		_, _ = p.runtime.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: created.ContainerId})
 		p.removeTerminationFiles(pod, c.Name, attempt, true)
 		return fail("RunContainerError", err)
 	}
+	note(reasonStarted, "Container started")
 	if !restart {
 		st.backoff, st.backoffFor = 0, ""
 	}

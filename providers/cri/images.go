@@ -34,9 +34,20 @@ func pullPolicy(c *corev1.Container) corev1.PullPolicy {
 	return corev1.PullIfNotPresent
 }
 
+// The Events the kubelet records on a container as it starts it, with these
+// reasons: conformance tests wait for "Started", users read the others in
+// kubectl describe.
+const (
+	reasonPulling = "Pulling"
+	reasonPulled  = "Pulled"
+	reasonCreated = "Created"
+	reasonStarted = "Started"
+)
+
 // ensureImage makes c's image present according to its pull policy, pulled for
-// the pod's sandbox sb.
-func (p *Provider) ensureImage(ctx context.Context, sb *runtimeapi.PodSandboxConfig, c *corev1.Container, creds []provider.RegistryCredential) error {
+// the pod's sandbox sb. It notes, as Events with the kubelet's reasons, an
+// image found present, a pull begun and a pull done.
+func (p *Provider) ensureImage(ctx context.Context, sb *runtimeapi.PodSandboxConfig, c *corev1.Container, creds []provider.RegistryCredential, note func(reason, message string)) error {
 	policy := pullPolicy(c)
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	if policy != corev1.PullAlways {
@@ -47,6 +58,7 @@ func (p *Provider) ensureImage(ctx context.Context, sb *runtimeapi.PodSandboxCon
 			return fmt.Errorf("image %s: %w", c.Image, err)
 		}
 		if st.Image != nil {
+			note(reasonPulled, fmt.Sprintf("Container image %q already present on machine", c.Image))
 			return nil
 		}
 		if policy == corev1.PullNever {
@@ -56,10 +68,13 @@ func (p *Provider) ensureImage(ctx context.Context, sb *runtimeapi.PodSandboxCon
 	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
 	auths := authsFor(c.Image, creds)
+	note(reasonPulling, fmt.Sprintf("Pulling image %q", c.Image))
+	start := time.Now()
 	var lastErr error
 	for _, auth := range auths {
 		_, err := p.images.PullImage(pctx, &runtimeapi.PullImageRequest{Image: spec, Auth: auth, SandboxConfig: sb})
 		if err == nil {
+			note(reasonPulled, fmt.Sprintf("Successfully pulled image %q in %v", c.Image, time.Since(start).Truncate(time.Millisecond)))
 			return nil
 		}
 		lastErr = err

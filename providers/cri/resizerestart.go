@@ -65,6 +65,18 @@ func withResources(c *corev1.Container, res corev1.ResourceRequirements) corev1.
 // recordResources notes the cpu and memory requests and limits container c of
 // pod runs with (effectiveResources) on the container to create.
 func recordResources(cfg *runtimeapi.ContainerConfig, pod *corev1.Pod, c *corev1.Container) {
+	if cfg.Annotations == nil {
+		cfg.Annotations = map[string]string{}
+	}
+	key, value := ResourcesAnnotation(pod, c)
+	cfg.Annotations[key] = value
+}
+
+// ResourcesAnnotation is the annotation the provider puts on each container it
+// creates for container c of pod: the cpu and memory requests and limits it
+// runs with, which a later resize is compared with. Exported for the
+// benchmark's raw CRI client, which creates containers as the provider does.
+func ResourcesAnnotation(pod *corev1.Pod, c *corev1.Container) (key, value string) {
 	eff := effectiveResources(pod, c)
 	keep := func(l corev1.ResourceList) corev1.ResourceList {
 		out := corev1.ResourceList{}
@@ -75,14 +87,8 @@ func recordResources(cfg *runtimeapi.ContainerConfig, pod *corev1.Pod, c *corev1
 		}
 		return out
 	}
-	b, err := json.Marshal(corev1.ResourceRequirements{Requests: keep(eff.Requests), Limits: keep(eff.Limits)})
-	if err != nil {
-		return // quantities always encode
-	}
-	if cfg.Annotations == nil {
-		cfg.Annotations = map[string]string{}
-	}
-	cfg.Annotations[annotationResources] = string(b)
+	b, _ := json.Marshal(corev1.ResourceRequirements{Requests: keep(eff.Requests), Limits: keep(eff.Limits)}) // quantities always encode
+	return annotationResources, string(b)
 }
 
 // restartForResize reports a resource of container c of pod that its running

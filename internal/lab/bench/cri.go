@@ -444,16 +444,7 @@ func rawContainerConfig(pod *corev1.Pod, c *corev1.Container, node string, mount
 	}
 	// The cpu and memory it was created with, which the provider notes on
 	// each container for a resize that needs a restart.
-	keep := func(l corev1.ResourceList) corev1.ResourceList {
-		out := corev1.ResourceList{}
-		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if q, ok := l[name]; ok {
-				out[name] = q
-			}
-		}
-		return out
-	}
-	created, _ := json.Marshal(corev1.ResourceRequirements{Requests: keep(c.Resources.Requests), Limits: keep(c.Resources.Limits)})
+	resourcesKey, resources := cri.ResourcesAnnotation(pod, c)
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},
 		Image:    &runtimeapi.ImageSpec{Image: c.Image},
@@ -470,7 +461,7 @@ func rawContainerConfig(pod *corev1.Pod, c *corev1.Container, node string, mount
 			"vkubelet.io/round":            "0",
 		},
 		Annotations: map[string]string{
-			"vkubelet.io/resources":                            string(created),
+			resourcesKey:                                       resources,
 			"io.kubernetes.container.restartCount":             "0",
 			"vkubelet.io/image":                                c.Image,
 			"io.kubernetes.container.terminationMessagePath":   "/dev/termination-log",

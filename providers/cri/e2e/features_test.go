@@ -31,13 +31,7 @@ func TestAnInitContainerIsResizedOnANodeThatDeclaresTheFeature(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 
-	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(n.Status.DeclaredFeatures, "InPlacePodVerticalScalingInitContainers") {
-		t.Errorf("node declares %q; want InPlacePodVerticalScalingInitContainers among them", n.Status.DeclaredFeatures)
-	}
+	expectDeclaredFeature(t, node, "InPlacePodVerticalScalingInitContainers")
 
 	pod := busybox("initresize", node, env.Busybox, `trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`)
 	guaranteed := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi"), corev1.ResourceCPU: resource.MustParse("100m")}
@@ -68,5 +62,19 @@ func TestAnInitContainerIsResizedOnANodeThatDeclaresTheFeature(t *testing.T) {
 	})
 	if cs := after.Status.InitContainerStatuses[0]; cs.RestartCount != 0 || cs.State.Running == nil {
 		t.Errorf("init container after the resize: %d restarts, state %+v; want it resized in place", cs.RestartCount, cs.State)
+	}
+}
+
+// expectDeclaredFeature reports an error unless node declares feature in its
+// status.declaredFeatures: the API server refuses what the feature allows to
+// a node that has not declared it.
+func expectDeclaredFeature(t *testing.T, node, feature string) {
+	t.Helper()
+	n, err := testenv.Client(t).CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(n.Status.DeclaredFeatures, feature) {
+		t.Errorf("node declares %q; want %s among them", n.Status.DeclaredFeatures, feature)
 	}
 }

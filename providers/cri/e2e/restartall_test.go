@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,13 +25,7 @@ func TestRestartAllContainersRestartsThePodInPlace(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
 
-	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(n.Status.DeclaredFeatures, "RestartAllContainersOnContainerExits") {
-		t.Errorf("node declares %q; want RestartAllContainersOnContainerExits among them", n.Status.DeclaredFeatures)
-	}
+	expectDeclaredFeature(t, node, "RestartAllContainersOnContainerExits")
 
 	on42 := []corev1.ContainerRestartRule{{
 		Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
