@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -149,7 +150,8 @@ func anyRunning(rec *podRecord, pod *corev1.Pod) bool {
 // probeOnce runs pr, the container's probe of kind which (Startup, Liveness or
 // Readiness), if it is due and reports whether its result crossed a threshold
 // (done) and which way (ok). A success with a warning is recorded as the
-// kubelet records it, a ProbeWarning Event of the container.
+// kubelet records it, a ProbeWarning Event of the container, and each failure
+// an Unhealthy one.
 func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, which string, pr *corev1.Probe, ps *probeState, startedAt time.Time) (ok, done bool) {
 	period, timeout, success, failure := probeDefaults(pr)
 	now := time.Now()
@@ -165,6 +167,7 @@ func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Po
 		ps.successes = 0
 		ps.failures++
 		p.log.Debug("probe failed", "pod", rec.key, "container", c.Name, "err", err)
+		p.recordEvent(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", which+" probe failed: "+err.Error())
 		if ps.failures >= failure {
 			ps.failures = 0
 			return false, true
@@ -187,6 +190,7 @@ func (p *Provider) probeOnce(ctx context.Context, rec *podRecord, pod *corev1.Po
 // then rules), as on a kubelet.
 func (p *Provider) killForProbe(ctx context.Context, rec *podRecord, pod *corev1.Pod, c *corev1.Container, st *ctrState, pr *corev1.Probe, which string) {
 	p.log.Info("container failed its probe, restarting it", "pod", rec.key, "container", c.Name, "probe", which)
+	p.recordEvent(pod, c.Name, corev1.EventTypeNormal, "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, strings.ToLower(which)))
 	p.stopContainer(ctx, rec, withProbeGracePeriod(pod, pr), c.Name, st.cur.Id)
 	st.probes.ready = false
 }

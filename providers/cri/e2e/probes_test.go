@@ -201,6 +201,23 @@ func TestAProbesGracePeriodRulesItsKill(t *testing.T) {
 		if last.ExitCode != 137 {
 			t.Errorf("%s: exit code %d, want 137 (killed once the grace period was over)", which, last.ExitCode)
 		}
+		// The kubelet's Events: the failure, then the kill it causes.
+		probe := strings.ToUpper(which[:1]) + which[1:]
+		events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + which})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unhealthy, killing := false, false
+		for _, e := range events.Items {
+			if e.InvolvedObject.FieldPath != "spec.containers{main}" {
+				continue
+			}
+			unhealthy = unhealthy || e.Reason == "Unhealthy" && e.Type == corev1.EventTypeWarning && strings.HasPrefix(e.Message, probe+" probe failed: ")
+			killing = killing || e.Reason == "Killing" && e.Message == "Container main failed "+which+" probe, will be restarted"
+		}
+		if !unhealthy || !killing {
+			t.Errorf("%s: Unhealthy Event %v, Killing Event %v; want both, in %+v", which, unhealthy, killing, events.Items)
+		}
 	}
 	for _, which := range []string{"liveness", "startup"} {
 		_ = c.CoreV1().Pods(ns).Delete(ctx, which, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
