@@ -57,6 +57,11 @@ func (e *Env) startContainerd(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(dirs["cni"], "10-crienv.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
+	// restrict_oom_score_adj: containerd sets no score below its own, where a
+	// kubelet's node lets it set a guaranteed pod's -997. Machines without
+	// CAP_SYS_RESOURCE (containers, sandboxes such as the project's CI) refuse
+	// any negative score, and runc would fail every sandbox (the pause
+	// container's -998) instead.
 	cfg := fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
