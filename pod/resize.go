@@ -2,6 +2,7 @@ package pod
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -77,6 +78,11 @@ type resizeState struct {
 	refused containerResources
 	why     string
 	since   metav1.Time
+	// failed says refused is not infeasible but failed (an error of the
+	// provider's other than a refusal, a memory limit below the usage say):
+	// it is asked again at each sync, and reported as the kubelet reports an
+	// actuation that failed, PodResizeInProgress with reason Error.
+	failed bool
 }
 
 // containerResources are the resources of a pod's containers, init containers
@@ -158,13 +164,23 @@ func planResize(p, last *corev1.Pod, rs *resizeState) resizePlan {
 	if plan.desired.equal(plan.allocated) {
 		return plan
 	}
-	if rs != nil && rs.refused != nil && rs.refused.equal(plan.desired) {
+	if rs != nil && rs.refused != nil && !rs.failed && rs.refused.equal(plan.desired) {
 		// Refused already: not asked again until the spec changes.
 		plan.send = withResources(p, plan.allocated)
 		return plan
 	}
 	plan.resizing = true
 	return plan
+}
+
+// endFailedResize forgets the failed resize of the pod of key, if it has one,
+// once its spec is back to the resources that run (the caller knows it is):
+// nothing is in progress any more, which its status says.
+func (c *Controller) endFailedResize(key string) {
+	if rs := c.state.resizeOf(key); rs != nil && rs.failed {
+		c.state.setResize(key, &resizeState{allocated: rs.allocated})
+		c.statusQueue.Add(key)
+	}
 }
 
 // isResizeRefusal reports whether err, from UpdatePod, says the provider cannot
@@ -198,8 +214,17 @@ func (c *Controller) updateWithResize(ctx context.Context, p, last *corev1.Pod, 
 	if err == nil {
 		return plan.after(rs), nil
 	}
-	if !plan.resizing || !isResizeRefusal(err) {
+	if !plan.resizing {
 		return rs, c.providerFailed(ctx, p, "UpdatePod", err)
+	}
+	if !isResizeRefusal(err) {
+		// Tried again at the next sync; the pod goes on with what runs.
+		failed := &resizeState{allocated: plan.allocated, refused: plan.desired, why: err.Error(), since: metav1.NewTime(c.clock.Now()), failed: true}
+		if rs != nil && rs.failed && rs.refused.equal(plan.desired) {
+			failed.since = rs.since
+		}
+		c.log.Info("resize failed in the provider, to be tried again", "pod", keyOf(p), "error", err)
+		return failed, fmt.Errorf("UpdatePod %s: resizing: %w", keyOf(p), err)
 	}
 	why := err.Error()
 	refused := &resizeState{allocated: plan.allocated, refused: plan.desired, why: why, since: metav1.NewTime(c.clock.Now())}
@@ -217,20 +242,30 @@ func (c *Controller) updateWithResize(ctx context.Context, p, last *corev1.Pod, 
 }
 
 // resizeStatus applies what the node knows of the pod's resources to out, the
-// status to write: PodResizePending while a resize is refused (the provider's
-// own, if it reports one, otherwise removed), and, for a provider that resizes
+// status to write: PodResizePending while a resize is refused and
+// PodResizeInProgress (reason Error) while it fails (the provider's own, if it
+// reports them, otherwise removed), and, for a provider that resizes
 // in place (of.running set) or a pod with a record, the resources each
 // container runs with, in allocatedResources and, unless the provider reports
 // its own, resources.
 func resizeStatus(current, out *corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) {
 	rs := of.resize
-	if rs != nil && rs.refused != nil {
+	pending, inProgress := rs != nil && rs.refused != nil && !rs.failed, rs != nil && rs.refused != nil && rs.failed
+	if pending {
 		out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
 			Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible,
 			Message: rs.why, LastTransitionTime: rs.since,
 		}))
 	} else if findCondition(fromProvider.Conditions, corev1.PodResizePending) == nil {
 		out.Conditions = removeCondition(out.Conditions, corev1.PodResizePending)
+	}
+	if inProgress {
+		out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
+			Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, Reason: corev1.PodReasonError,
+			Message: rs.why, LastTransitionTime: rs.since,
+		}))
+	} else if findCondition(fromProvider.Conditions, corev1.PodResizeInProgress) == nil {
+		out.Conditions = removeCondition(out.Conditions, corev1.PodResizeInProgress)
 	}
 	fill := func(cs, was []corev1.ContainerStatus, spec []corev1.Container) {
 		for i := range cs {

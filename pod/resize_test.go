@@ -14,6 +14,7 @@ func cpuPod(cpu string) *corev1.Pod {
 
 func TestAResizeIsPlannedAgainstWhatRuns(t *testing.T) {
 	refused := &resizeState{allocated: resourcesOf(cpuPod("100m")), refused: resourcesOf(cpuPod("300m")), why: "no"}
+	failed := &resizeState{allocated: resourcesOf(cpuPod("100m")), refused: resourcesOf(cpuPod("300m")), why: "usage", failed: true}
 	cases := []struct {
 		name         string
 		p, last      *corev1.Pod
@@ -28,6 +29,8 @@ func TestAResizeIsPlannedAgainstWhatRuns(t *testing.T) {
 		{"the refused resize is not asked again", cpuPod("300m"), cpuPod("300m"), refused, false, "100m", true, false},
 		{"another resize is asked", cpuPod("400m"), cpuPod("300m"), refused, true, "400m", false, false},
 		{"back to what runs", cpuPod("100m"), cpuPod("300m"), refused, false, "100m", false, false},
+		{"a failed resize is asked again", cpuPod("300m"), cpuPod("300m"), failed, true, "300m", false, false},
+		{"back to what runs after a failure", cpuPod("100m"), cpuPod("300m"), failed, false, "100m", false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +85,17 @@ func TestTheStatusSaysWhatRunsAndWhatIsPending(t *testing.T) {
 	out = mergeStatus(out, fromProvider, statusSpec{running: &spec})
 	if findCondition(out.Conditions, corev1.PodResizePending) != nil {
 		t.Errorf("conditions %+v; want no PodResizePending", out.Conditions)
+	}
+	// A failed resize: in progress with the error, and what still runs.
+	failed := &resizeState{allocated: resourcesOf(cpuPod("100m")), refused: resourcesOf(cpuPod("300m")), why: "below usage", since: t1, failed: true}
+	out = mergeStatus(corev1.PodStatus{}, fromProvider, statusSpec{running: &grown, resize: failed, generation: 3})
+	if c := findCondition(out.Conditions, corev1.PodResizeInProgress); c == nil || c.Reason != corev1.PodReasonError || c.Message != "below usage" ||
+		findCondition(out.Conditions, corev1.PodResizePending) != nil || out.ContainerStatuses[0].Resources.Requests.Cpu().String() != "100m" {
+		t.Errorf("status %+v; want PodResizeInProgress Error, not pending, and 100m in effect", out)
+	}
+	out = mergeStatus(out, fromProvider, statusSpec{running: &spec})
+	if findCondition(out.Conditions, corev1.PodResizeInProgress) != nil {
+		t.Errorf("conditions %+v; want no PodResizeInProgress once the resize is made", out.Conditions)
 	}
 	own := fromProvider.DeepCopy()
 	own.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonDeferred}}

@@ -65,6 +65,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		// through the watch. Keep the current object (the one it replaced can
 		// be freed), as the slow path below would, without decoding either.
 		c.state.update(key, func(s *podState) { s.lastPod = cached })
+		c.endFailedResize(key)
 		return nil
 	}
 	p, err := cached.Decode()
@@ -125,6 +126,7 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 			// be freed: a pod costs one cached object, not two.
 			c.state.update(key, func(s *podState) { s.lastPod = cached })
 		}
+		c.endFailedResize(key)
 		return c.refreshVolumes(ctx, key, p, st)
 	}
 	return c.updateInProvider(ctx, key, p, cached, st)
@@ -262,6 +264,9 @@ func (c *Controller) updateInProvider(ctx context.Context, key string, p *corev1
 	})
 	c.state.setResize(key, rs)
 	if err != nil {
+		if rs != resized {
+			c.statusQueue.Add(key) // a resize that failed shows in the status
+		}
 		return err
 	}
 	c.state.update(key, func(s *podState) {

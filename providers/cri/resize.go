@@ -24,7 +24,8 @@ func (p *Provider) ResizesInPlace() bool { return true }
 // container not started yet starts with the new spec. A container whose
 // resizePolicy says the resize needs a restart is left alone here: the pod's
 // goroutine restarts it with the new resources once the pod is stored
-// (resizerestart.go).
+// (resizerestart.go). A memory limit lowered below the memory in use fails
+// the resize, and nothing is changed (memorydecrease.go).
 func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *corev1.Pod) error {
 	var changed []corev1.Container
 	resized := providerutil.ResizedContainers(old, pod)
@@ -49,6 +50,9 @@ func (p *Provider) resizeRunning(ctx context.Context, rec *podRecord, old, pod *
 		}
 	}
 	p.mu.Unlock()
+	if err := p.memoryLimitDecrease(ctx, old, pod, changed, ids); err != nil {
+		return err
+	}
 	// The pod's limits first, so that a container's larger ones fit under
 	// them (the kernel refuses a child's CPU quota above its parent's), and
 	// again once the containers have theirs, for a pod's that shrank.

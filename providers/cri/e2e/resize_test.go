@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
@@ -108,4 +109,53 @@ func TestPodLevelResourcesAreResizedThroughTheAPI(t *testing.T) {
 			t.Errorf("condition %s %s (%s) after the resize", cond.Type, cond.Status, cond.Message)
 		}
 	}
+}
+
+// A resize that would lower the pod's memory limit below the memory its
+// cgroup holds is not made, as on a kubelet: the pod reports
+// PodResizeInProgress, reason Error, saying so, and keeps its limit; a resize
+// back to what runs ends the condition.
+func TestAMemoryLimitIsNotLoweredBelowTheUsage(t *testing.T) {
+	const node = "cri-e2e-below-usage"
+	env := startNode(t, node)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	pod := busybox("used", node, env.Busybox, `trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`)
+	podLevel := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+	pod.Spec.Resources = &corev1.ResourceRequirements{Requests: podLevel, Limits: podLevel}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitPod(t, ns, "used", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && p.Status.Resources != nil })
+	resize := func(mem string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"memory":%q},"limits":{"memory":%q}}}}`, mem, mem)
+		if _, err := c.CoreV1().Pods(ns).Patch(ctx, "used", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resize("10Ki")
+	failing := regexp.MustCompile(`memory limit \(10240\) below current usage \(\d+\)`)
+	testenv.WaitPod(t, ns, "used", "PodResizeInProgress, reason Error", func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodResizeInProgress && cond.Reason == corev1.PodReasonError && failing.MatchString(cond.Message) {
+				return p.Status.Resources.Limits.Memory().String() == "64Mi"
+			}
+		}
+		return false
+	})
+	out, err := testenv.Exec(t, ns, "used", "main", "sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+	if want := fmt.Sprintf("%d\n", 64<<20); err != nil || out != want {
+		t.Errorf("the container's memory limit %q, %v; want %q, unchanged", out, err, want)
+	}
+	resize("64Mi")
+	testenv.WaitPod(t, ns, "used", "the condition gone once the spec is back to what runs", func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodResizeInProgress || cond.Type == corev1.PodResizePending {
+				return false
+			}
+		}
+		return p.Status.ContainerStatuses[0].RestartCount == 0 && p.Status.ContainerStatuses[0].State.Running != nil
+	})
 }
