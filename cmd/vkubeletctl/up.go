@@ -34,6 +34,7 @@ func newUpCommand() *cobra.Command {
 	f.Config.DisableTaint = true
 	var dir string
 	nodes := 1
+	var allowPrivileged bool
 	netnsMissing := netns.Available()
 	useNetns := netnsMissing == nil
 	cmd := &cobra.Command{
@@ -108,7 +109,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				}
 				defer env.Stop()
 				criEnv = env
-				criCfg := cri.Config{RuntimeEndpoint: env.Socket, RootDir: filepath.Join(dir, "cri")}
+				criCfg := cri.Config{RuntimeEndpoint: env.Socket, RootDir: filepath.Join(dir, "cri"), AllowPrivileged: allowPrivileged}
 				if link != nil {
 					criCfg.ClusterDNS, criCfg.ClusterDomain = []string{clusternet.DNSServiceIP}, clusternet.ClusterDomain
 				}
@@ -247,6 +248,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 	}
 	f.Register(cmd.Flags())
 	cmd.Flags().BoolVar(&useNetns, "netns", useNetns, "give the node its own address in a network namespace joined to this host by a veth pair (needs root; default: on when root)")
+	cmd.Flags().BoolVar(&allowPrivileged, "cri-allow-privileged", false, "with --provider cri and its own containerd: let containers run privileged, as a kubelet does by default (the CRI provider's allowPrivileged; off: such pods are refused)")
 	cmd.Flags().IntVar(&nodes, "nodes", nodes, "virtual nodes to start, named <nodename>-0 … when more than one")
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory of the local cluster (default: <cache>/up, see VKUBELET_CACHE)")
 	return cmd

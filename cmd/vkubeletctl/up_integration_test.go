@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
@@ -258,16 +259,31 @@ func TestUpStartsAsManyNodesAsAsked(t *testing.T) {
 // TestUpRunsRealContainersWithTheCRIProvider runs `vkubeletctl up --provider cri`: a
 // busybox pod becomes a real container whose output kubectl logs shows and whose
 // usage kubectl top shows; a client pod reaches a web pod through its Service's
-// name (kube-proxy and CoreDNS, which up starts with --netns).
+// name (kube-proxy and CoreDNS, which up starts with --netns); with
+// --cri-allow-privileged a privileged container runs.
 func TestUpRunsRealContainersWithTheCRIProvider(t *testing.T) {
 	testenv.ControlPlane(t) // skipped under -short
 	testenv.Require(t, crienv.Available())
-	u := startUp(t, "--provider", "cri")
+	u := startUp(t, "--provider", "cri", "--cri-allow-privileged")
 	u.run(t, "real", "sh", "-c", "echo hello from a real container; sleep 3600")
 	req := u.client.CoreV1().Pods("default").GetLogs("real", &corev1.PodLogOptions{})
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		b, err := req.DoRaw(context.Background())
 		return err == nil && string(b) == "hello from a real container\n", fmt.Sprintf("logs %q, %v", b, err)
+	})
+	privileged := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "privileged"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "main", Image: "busybox", Args: []string{"sleep", "3600"},
+			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		}}},
+	}
+	if _, err := u.client.CoreV1().Pods("default").Create(context.Background(), privileged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
+		p, err := u.client.CoreV1().Pods("default").Get(context.Background(), "privileged", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, fmt.Sprintf("privileged pod: %v %+v", err, p.Status)
 	})
 	if err := netns.Available(); err != nil {
 		t.Logf("not checking Services, cluster DNS and kubectl top: up runs them only with --netns (%v)", err)

@@ -47,8 +47,11 @@ var (
 // logs at logLevel. Stop ends it.
 func StartCluster(ctx context.Context, vkubeletctl, dir, node, logLevel string, timeout time.Duration) (*Cluster, error) {
 	c := &Cluster{Log: filepath.Join(dir, "up.log"), Node: node}
+	// Privileged containers allowed, as the reference kubelet allows them by
+	// default: the tests that need one (hostPath volumes, PrivilegedPod) then
+	// measure the node, not a setting.
 	cmd := exec.Command(vkubeletctl, "up", "--provider", "cri", "--dir", filepath.Join(dir, "cluster"),
-		"--nodename", node, "--log-level", logLevel)
+		"--nodename", node, "--log-level", logLevel, "--cri-allow-privileged")
 	p, err := spawn.StartLogged("vkubeletctl up", c.Log, cmd)
 	if err != nil {
 		return nil, err
