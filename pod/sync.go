@@ -93,6 +93,11 @@ func (c *Controller) syncHandler(ctx context.Context, key string) error {
 		if reason, msg, ok := admitOS(p, c.os); !ok {
 			return c.reject(ctx, p, reason, msg)
 		}
+		if a, is := c.provider.(provider.PodAdmitter); is {
+			if reason, msg, ok := a.AdmitPod(p); !ok {
+				return c.reject(ctx, p, reason, msg)
+			}
+		}
 		// A pod the provider does not have still has its deadline, counted
 		// from the start time its first status got (resolveFailed, a failed
 		// CreatePod); it is judged again when the deadline comes.

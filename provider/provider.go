@@ -171,6 +171,18 @@ type PodEventRecorder interface {
 	RecordPodEvents(record func(PodEvent))
 }
 
+// PodAdmitter is implemented by providers that refuse some pods outright, as
+// the kubelet's admission handlers do: a pod the provider will never run (an
+// unsafe sysctl, say) fails at once, phase Failed with the reason given,
+// instead of waiting Pending while CreatePod is retried.
+type PodAdmitter interface {
+	// AdmitPod is called before CreatePod for a pod the provider does not
+	// run. It reports ok, or why the pod may never run here: reason is one
+	// CamelCase word (the kubelet's, where it has one: SysctlForbidden), the
+	// message is for people. It must not block.
+	AdmitPod(pod *corev1.Pod) (reason, message string, ok bool)
+}
+
 // NodeProvider lets a provider report on the health and resources of the node.
 // Providers without it get a node that is always Ready with the capacity given by
 // NodeConfigurer (or none).

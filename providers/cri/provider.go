@@ -367,6 +367,16 @@ func (p *Provider) recordEvent(pod *corev1.Pod, container, eventType, reason, me
 	}
 }
 
+// AdmitPod refuses, as the kubelet's admission does, a pod that sets a
+// sysctl the node does not allow: it fails at once with reason
+// SysctlForbidden (provider.PodAdmitter).
+func (p *Provider) AdmitPod(pod *corev1.Pod) (reason, message string, ok bool) {
+	if err := p.forbiddenSysctl(pod); err != nil {
+		return "SysctlForbidden", err.Error(), false
+	}
+	return "", "", true
+}
+
 // validate refuses pods the provider can never run.
 func (p *Provider) validate(pod *corev1.Pod) error {
 	key := providerutil.PodKey(pod.Namespace, pod.Name)

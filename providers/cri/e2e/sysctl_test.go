@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,8 @@ import (
 )
 
 // A pod's sysctls are set in its sandbox, as on a kubelet, named with dots or
-// with slashes; a pod with a sysctl the kubelet does not deem safe is refused.
+// with slashes; a pod with a sysctl the kubelet does not deem safe is rejected
+// as the kubelet rejects it: Failed, reason SysctlForbidden.
 func TestThePodsSysctlsAreSet(t *testing.T) {
 	const node = "cri-sysctls"
 	env := startNode(t, node)
@@ -42,10 +42,10 @@ func TestThePodsSysctlsAreSet(t *testing.T) {
 			return err == nil && string(b) == "1\n", fmt.Sprintf("%s: kernel.shm_rmid_forced is %q (%v), want 1", name, b, err)
 		})
 	}
-	got := testenv.WaitPod(t, ns, "unsafe", "refused", func(p *corev1.Pod) bool {
-		return strings.Contains(p.Status.Message, `forbidden sysctl: "kernel.msgmax" not allowlisted`)
+	got := testenv.WaitPod(t, ns, "unsafe", "rejected", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed
 	})
-	if got.Status.Phase != corev1.PodPending || len(got.Status.ContainerStatuses) != 0 {
-		t.Errorf("a pod with an unsafe sysctl: %s, containers %+v", got.Status.Phase, got.Status.ContainerStatuses)
+	if got.Status.Reason != "SysctlForbidden" || got.Status.Message != `Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted` || len(got.Status.ContainerStatuses) != 0 {
+		t.Errorf("a pod with an unsafe sysctl: %s %s %q, containers %+v; want Failed, SysctlForbidden, as the kubelet rejects it", got.Status.Phase, got.Status.Reason, got.Status.Message, got.Status.ContainerStatuses)
 	}
 }
