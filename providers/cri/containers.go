@@ -264,9 +264,7 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 	// limits goes under it: a resize whose container had to restart may have
 	// left it behind (the kernel refuses a pod's CPU quota below that of a
 	// container still running, and a container's above the pod's).
-	if err := applyPodCgroup(cgroupRoot, pod); err != nil {
-		p.log.Debug("setting the pod's cgroup limits", "pod", rec.key, "err", err)
-	}
+	cgroupErr := applyPodCgroup(cgroupRoot, pod)
 	created, err := p.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  rec.sandboxID,
 		Config:        cfg,
@@ -283,6 +281,13 @@ func (p *Provider) tryStart(ctx context.Context, rec *podRecord, pod *corev1.Pod
 		return fail("RunContainerError", err)
 	}
 	note(reasonStarted, "Container started")
+	if cgroupErr != nil {
+		// The stopped instance's cgroup, with its old limits, may have held
+		// the pod's back a moment ago; it is gone once another instance runs.
+		if err := applyPodCgroup(cgroupRoot, pod); err != nil {
+			p.log.Debug("setting the pod's cgroup limits", "pod", rec.key, "err", err)
+		}
+	}
 	if !restart {
 		st.backoff, st.backoffFor = 0, ""
 	}
