@@ -49,6 +49,11 @@ func (p *Provider) startContainers(ctx context.Context, rec *podRecord, pod *cor
 				return started
 			}
 			p.restartIfResized(ctx, rec, pod, c, st)
+			if c.StartupProbe != nil && !startupSucceeded(st) && !appsStarted(rec, pod) {
+				// As on a kubelet, the containers after a sidecar with a
+				// startup probe wait for it to succeed.
+				return started
+			}
 		case st.cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			if st.cur.ExitCode == 0 && !sidecar {
 				continue

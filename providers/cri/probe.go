@@ -117,6 +117,12 @@ func (p *Provider) probeContainers(ctx context.Context, rec *podRecord, pod *cor
 	}
 }
 
+// startupSucceeded reports whether the running instance of the container
+// whose state is st has passed its startup probe.
+func startupSucceeded(st *ctrState) bool {
+	return st.cur != nil && st.probes.containerID == st.cur.Id && st.probes.started
+}
+
 // probeWhileStopping keeps the readiness of a terminating pod current while its
 // containers stop (stopAll calls it every SyncInterval): it reads the pod from
 // the runtime, runs the readiness probes that are due and publishes the
