@@ -76,6 +76,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 	}
 
 	gone := !inProvider
+	last := st.notified
 	if inProvider {
 		done := c.metrics.observeProviderCall("GetPodStatus")
 		status, err := c.provider.GetPodStatus(ctx, ns, name)
@@ -84,18 +85,33 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 		case errdefs.IsNotFound(err):
 			gone = true
 		case err == nil:
-			gone = stopped(status)
+			gone, last = stopped(status), status
 		default:
 			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
 		}
 	}
 	remaining := p.DeletionTimestamp.Time.Sub(c.clock.Now())
+	if len(p.Finalizers) > 0 {
+		// The status of a pod a finalizer keeps stays in the API: a moment
+		// past the grace period, the provider's own account of the kill
+		// (exit codes, times) is worth waiting for.
+		remaining += killReportWait
+	}
 	if !gone && remaining > 0 {
 		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
 		return nil
 	}
 	if !gone {
 		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
+	}
+	if len(p.Finalizers) > 0 && inProvider {
+		// A finalizer keeps the pod in the API after its removal, for a
+		// controller (a Job's, say) to read how it ended: as the kubelet
+		// does, its status says so first. Without one the object goes, and
+		// the write is saved.
+		if err := c.writeStatus(ctx, p, finalStatus(p, last, metav1.NewTime(c.clock.Now())), nil); err != nil {
+			return err
+		}
 	}
 	c.removable.add(key, p.UID)
 	c.removeQueue.Add(key)
@@ -129,6 +145,50 @@ func (c *Controller) removeHandler(ctx context.Context, key string) (err error) 
 	}
 	c.forget(key)
 	return nil
+}
+
+// killReportWait is how long past its grace period the node waits for the
+// provider to report a deleted pod stopped, when a finalizer keeps the pod.
+const killReportWait = 5 * time.Second
+
+// finalStatus is the status of deleted pod p once stopped, from last, the
+// provider's last word on it (nil if none): each container not known to have
+// ended shown terminated at now, and the pod in a terminal phase, as the
+// kubelet ends a deleted pod: Succeeded if every container exited 0, else
+// Failed.
+func finalStatus(p *corev1.Pod, last *corev1.PodStatus, now metav1.Time) *corev1.PodStatus {
+	var s corev1.PodStatus
+	if last != nil {
+		s = *last.DeepCopy()
+	} else {
+		s.ContainerStatuses = p.Status.ContainerStatuses
+		s.InitContainerStatuses = p.Status.InitContainerStatuses
+	}
+	// The kubelet's reason for a container whose end it did not see.
+	const reason, msg = "ContainerStatusUnknown", "the pod was deleted; the provider did not report how this container ended"
+	endAt := func(cs []corev1.ContainerStatus) []corev1.ContainerStatus {
+		out := terminatedAll(cs, reason, msg)
+		for i := range out {
+			if t := out[i].State.Terminated; t != nil && t.FinishedAt.IsZero() {
+				t.FinishedAt = now
+				if r := cs[i].State.Running; r != nil {
+					t.StartedAt = r.StartedAt
+				}
+			}
+		}
+		return out
+	}
+	s.ContainerStatuses = endAt(s.ContainerStatuses)
+	s.InitContainerStatuses = endAt(s.InitContainerStatuses)
+	if !isTerminal(&s) {
+		s.Phase = corev1.PodSucceeded
+		for _, cs := range s.ContainerStatuses {
+			if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
+				s.Phase = corev1.PodFailed
+			}
+		}
+	}
+	return &s
 }
 
 // stopped reports whether the provider says nothing of the pod runs any more: the
