@@ -17,7 +17,7 @@ func newConformanceCommand() *cobra.Command {
 		Selection:    conformance.Selection{Focus: conformance.DefaultFocus, LabelFilter: conformance.DefaultLabelFilter},
 		Timeout:      time.Hour,
 		NodeLogLevel: "info",
-		Procs:        4,
+		Procs:        20,
 	}
 	var listImages, buildOnly bool
 	cri := true
@@ -83,7 +83,7 @@ suite's output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 	fl.StringVar(&cfg.Selection.Focus, "focus", cfg.Selection.Focus, "run only the tests whose full name matches this regular expression (ginkgo's --focus)")
 	fl.StringVar(&cfg.Selection.Skip, "skip", cfg.Selection.Skip, "leave out the tests whose full name matches this regular expression (ginkgo's --skip)")
 	fl.StringVar(&cfg.Selection.LabelFilter, "label-filter", cfg.Selection.LabelFilter, "run only the tests whose labels match (ginkgo's --label-filter)")
-	fl.IntVar(&cfg.Procs, "procs", cfg.Procs, "ginkgo processes running tests side by side (1: e2e.test alone, one test at a time)")
+	fl.IntVar(&cfg.Procs, "procs", cfg.Procs, "ginkgo processes running tests side by side (1: e2e.test alone, one test at a time); the tests mostly wait, so many fit on few cores")
 	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "stop the suite after this long")
 	fl.BoolVar(&cfg.Kubelet, "kubelet", false, "run the same tests a second time on a real kubelet (of the same Kubernetes version, on the same containerd) joined to the cluster, and compare")
 	fl.BoolVar(&cri, "cri", cri, "run the tests on the vkubelet CRI node (--cri=false: only on the nodes --kubelet and --kube add)")
