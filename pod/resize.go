@@ -250,23 +250,20 @@ func (c *Controller) updateWithResize(ctx context.Context, p, last *corev1.Pod, 
 // its own, resources.
 func resizeStatus(current, out *corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) {
 	rs := of.resize
-	pending, inProgress := rs != nil && rs.refused != nil && !rs.failed, rs != nil && rs.refused != nil && rs.failed
-	if pending {
-		out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
-			Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible,
-			Message: rs.why, LastTransitionTime: rs.since,
-		}))
-	} else if findCondition(fromProvider.Conditions, corev1.PodResizePending) == nil {
-		out.Conditions = removeCondition(out.Conditions, corev1.PodResizePending)
+	refused := rs != nil && rs.refused != nil
+	// A condition of the node's record, set while it holds, else removed
+	// unless the provider reports its own.
+	condition := func(typ corev1.PodConditionType, holds bool, reason string) {
+		if holds {
+			out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
+				Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: rs.why, LastTransitionTime: rs.since,
+			}))
+		} else if findCondition(fromProvider.Conditions, typ) == nil {
+			out.Conditions = removeCondition(out.Conditions, typ)
+		}
 	}
-	if inProgress {
-		out.Conditions = upsertCondition(out.Conditions, of.observed(corev1.PodCondition{
-			Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, Reason: corev1.PodReasonError,
-			Message: rs.why, LastTransitionTime: rs.since,
-		}))
-	} else if findCondition(fromProvider.Conditions, corev1.PodResizeInProgress) == nil {
-		out.Conditions = removeCondition(out.Conditions, corev1.PodResizeInProgress)
-	}
+	condition(corev1.PodResizePending, refused && !rs.failed, corev1.PodReasonInfeasible)
+	condition(corev1.PodResizeInProgress, refused && rs.failed, corev1.PodReasonError)
 	fill := func(cs, was []corev1.ContainerStatus, spec []corev1.Container) {
 		for i := range cs {
 			if fromProviderReports(fromProvider, cs[i].Name) {
