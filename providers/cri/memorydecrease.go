@@ -38,7 +38,7 @@ func (p *Provider) memoryLimitDecrease(ctx context.Context, old, pod *corev1.Pod
 		}
 		limit := resources(pod, c).MemoryLimitInBytes
 		was := int64(0)
-		if oc := containerOf(old, c.Name); oc != nil {
+		if oc := specContainer(old, c.Name); oc != nil {
 			was = resources(old, oc).MemoryLimitInBytes
 		}
 		if limit <= 0 || !lowered(nonZeroOrNone(was), limit) {
@@ -70,18 +70,6 @@ func nonZeroOrNone(limit int64) int64 {
 		return -1
 	}
 	return limit
-}
-
-// containerOf is pod's init or app container called name, nil if none.
-func containerOf(pod *corev1.Pod, name string) *corev1.Container {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == name {
-				return &list[i]
-			}
-		}
-	}
-	return nil
 }
 
 // podMemoryUsage is the memory charged to pod's cgroup under root (cgroup v2's
