@@ -25,8 +25,7 @@ func TestDeleteWaitsForProviderConfirmation(t *testing.T) {
 	now := f.clock.Now()
 	pod := deletingPod("a", now, 30)
 	f.client = fake.NewClientset(pod)
-	f.provider.pods["ns/a"] = pod.DeepCopy()
-	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.runningInProvider(pod)
 	f.start()
 
 	if err := f.handleDelete("ns/a"); err != nil {
@@ -67,8 +66,7 @@ func TestDeleteRemovesPodOnceGraceExpires(t *testing.T) {
 	f := newFixture(t)
 	pod := deletingPod("a", f.clock.Now(), 5)
 	f.client = fake.NewClientset(pod)
-	f.provider.pods["ns/a"] = pod.DeepCopy()
-	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.runningInProvider(pod)
 	f.start()
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
@@ -120,6 +118,13 @@ func TestPodNeverInProviderIsRemovedAtOnce(t *testing.T) {
 
 // handleDelete runs the deletion handler on key and then the removals it
 // queued, as the deletion and removal workers would.
+// runningInProvider has the fake provider run pod, its container "c" running.
+func (f *fixture) runningInProvider(pod *corev1.Pod) {
+	running := pod.DeepCopy()
+	running.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.provider.pods[pod.Namespace+"/"+pod.Name] = running
+}
+
 func (f *fixture) handleDelete(key string) error {
 	f.t.Helper()
 	if err := f.c.deleteHandler(f.ctx, key); err != nil {
@@ -196,8 +201,7 @@ func TestAPodWaitingForItsRemovalGetsNoStatusWrite(t *testing.T) {
 	f := newFixture(t)
 	pod := deletingPod("a", f.clock.Now(), 30)
 	f.client = fake.NewClientset(pod)
-	f.provider.pods["ns/a"] = pod.DeepCopy()
-	f.provider.pods["ns/a"].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.runningInProvider(pod)
 	f.start()
 	f.provider.terminate("ns/a")
 	if err := f.c.deleteHandler(f.ctx, "ns/a"); err != nil {

@@ -34,17 +34,24 @@ func TestAStartedContainerHasTheKubeletsEvents(t *testing.T) {
 	}
 	// The first container pulls the image from the test's registry, the
 	// others find it.
-	pulled := fmt.Sprintf("Container image %q already present on machine", env.Busybox)
-	pulledNow := fmt.Sprintf("Successfully pulled image %q in ", env.Busybox)
-	// count sums the Events of reason on fieldPath: the recorder folds
-	// repeated ones into one Event with a count.
-	count := func(events []corev1.Event, fieldPath, reason, message string) int32 {
+	pulled := []string{
+		fmt.Sprintf("Container image %q already present on machine", env.Busybox),
+		fmt.Sprintf("Successfully pulled image %q in ", env.Busybox),
+	}
+	// count sums the Normal Events of reason on fieldPath whose message starts
+	// with one of messages: the recorder folds repeated ones into one Event
+	// with a count.
+	count := func(events []corev1.Event, fieldPath, reason string, messages ...string) int32 {
 		var n int32
 		for _, e := range events {
-			if e.InvolvedObject.FieldPath == fieldPath && e.Reason == reason && e.Type == corev1.EventTypeNormal && strings.HasPrefix(e.Message, message) {
-				n += max(e.Count, 1)
-			} else if e.InvolvedObject.FieldPath == fieldPath && e.Reason == reason && reason == "Pulled" && strings.HasPrefix(e.Message, pulledNow) {
-				n += max(e.Count, 1)
+			if e.InvolvedObject.FieldPath != fieldPath || e.Reason != reason || e.Type != corev1.EventTypeNormal {
+				continue
+			}
+			for _, m := range messages {
+				if strings.HasPrefix(e.Message, m) {
+					n += max(e.Count, 1)
+					break
+				}
 			}
 		}
 		return n
@@ -55,15 +62,18 @@ func TestAStartedContainerHasTheKubeletsEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]int32{}
-		for _, want := range []struct{ path, reason, message string }{
+		for _, want := range []struct {
+			path, reason string
+			messages     []string
+		}{
 			{"spec.initContainers{setup}", "Pulled", pulled},
-			{"spec.initContainers{setup}", "Created", "Container created"},
-			{"spec.initContainers{setup}", "Started", "Container started"},
+			{"spec.initContainers{setup}", "Created", []string{"Container created"}},
+			{"spec.initContainers{setup}", "Started", []string{"Container started"}},
 			{"spec.containers{main}", "Pulled", pulled},
-			{"spec.containers{main}", "Created", "Container created"},
-			{"spec.containers{main}", "Started", "Container started"},
+			{"spec.containers{main}", "Created", []string{"Container created"}},
+			{"spec.containers{main}", "Started", []string{"Container started"}},
 		} {
-			got[want.path+" "+want.reason] = count(list.Items, want.path, want.reason, want.message)
+			got[want.path+" "+want.reason] = count(list.Items, want.path, want.reason, want.messages...)
 		}
 		for k, n := range got {
 			if n < 1 || (k == "spec.containers{main} Started" && n < 2) || (k == "spec.initContainers{setup} Started" && n != 1) {
