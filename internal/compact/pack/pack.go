@@ -1,7 +1,8 @@
 // Package pack is the compression podpack and tokenpack share: S2 blocks
 // (github.com/klauspost/compress/s2) against a dictionary made of a typical
 // item followed by the first item the process packs that is big enough to
-// teach something, with the buffers in between reused.
+// teach something (and, for podpack, the few later items that packed poorly),
+// with the buffers in between reused.
 //
 // A node keeps many items of one kind for long (pods, service-account
 // tokens), and most of their bytes are alike from one to the next: the
@@ -26,25 +27,57 @@ import (
 	"github.com/klauspost/compress/s2"
 )
 
-// The numbers of a Dictionaries' two dictionaries.
+// The numbers of a Dictionaries' dictionaries.
 const (
 	// Static is made of the typical item alone.
 	Static byte = 0
 	// Learned is made of the typical item followed by the first item packed
-	// within the bounds, or as First makes it.
+	// within the bounds, or as First makes it. Later learned dictionaries,
+	// Learned+1 up to Learned+MoreLearned, add the items that packed poorly
+	// against the one before (see Compress).
 	Learned byte = 1
+	// MoreLearned is how many dictionaries may be learned after the first.
+	MoreLearned = 2
 )
 
-// Dictionaries are the two dictionaries of one kind of item: static, made on
-// first use, and learned, set once and never changed after. Each holds, from
-// its first use, a 32 KiB hash table of itself, which every pack reads and
-// none writes.
+// The bounds of learning a further dictionary: an item is packed poorly if
+// its block is longer than poorBlock bytes, and a dictionary's source stays
+// within maxSource bytes.
+//
+// A node's pods change shape once in their life, when their status is first
+// written: the first pod, learned as it was created, teaches nothing of the
+// running pods' status. A running pod of `kubectl create deployment` (1,083
+// bytes) packed to 254 bytes against its first sibling as created, and to
+// 129 against the dictionary that adds the sibling running; its siblings as
+// created packed to 75 bytes against either. Siblings that differ in more
+// than their names, UID and times pack to more: poorBlock is between the two
+// (a pod of a shape unlike the first's packs to several hundred bytes).
+const (
+	poorBlock = 160
+	maxSource = 16 << 10
+)
+
+// Dictionaries are the dictionaries of one kind of item: static, made on
+// first use, and the learned ones, each set once and never changed after.
+// Each holds, from its first use, a hash table of itself (32 KiB), which
+// every pack reads and none writes.
 type Dictionaries struct {
 	name     string        // the caller's package, for its panics
 	typical  func() []byte // the typical item, condensed
 	min, max int           // the bounds of an item learned from
 	static   func() *s2.Dict
-	learned  atomic.Pointer[s2.Dict]
+	// learned[i] is dictionary Learned+i; newest is how many are set, each
+	// stored before newest counts it.
+	learned [1 + MoreLearned]atomic.Pointer[learnedDict]
+	newest  atomic.Int32
+	mu      sync.Mutex // held to learn
+}
+
+// learnedDict is a learned dictionary and its source, which the next one
+// learned extends.
+type learnedDict struct {
+	dict *s2.Dict
+	src  []byte
 }
 
 // NewDictionaries returns the dictionaries of the items of package name (for
@@ -55,13 +88,12 @@ type Dictionaries struct {
 // of slots to share).
 func NewDictionaries(name string, typical func() []byte, minLearned, maxLearned int) *Dictionaries {
 	d := &Dictionaries{name: name, typical: typical, min: minLearned, max: maxLearned}
-	d.static = sync.OnceValue(func() *s2.Dict { return d.make(nil) })
+	d.static = sync.OnceValue(func() *s2.Dict { return d.make(d.typical()) })
 	return d
 }
 
-// make makes the S2 dictionary of the typical item followed by more.
-func (d *Dictionaries) make(more []byte) *s2.Dict {
-	src := append(slices.Clip(d.typical()), more...)
+// make makes the S2 dictionary of src.
+func (d *Dictionaries) make(src []byte) *s2.Dict {
 	// A nil search start makes the dictionary's first byte the repeat offset
 	// S2 tries first; the best of all offsets saved two test pods 6 bytes of
 	// 431 between them, too little to fit the dictionary to them.
@@ -77,61 +109,131 @@ func (d *Dictionaries) learnable(item []byte) bool {
 	return len(item) >= d.min && len(item) <= d.max
 }
 
+// newestLearned returns the newest learned dictionary and its number, or nil.
+func (d *Dictionaries) newestLearned() (byte, *learnedDict) {
+	n := d.newest.Load()
+	if n == 0 {
+		return Static, nil
+	}
+	return Learned + byte(n-1), d.learned[n-1].Load() // nil only within Relearn
+}
+
 // For returns the dictionary item (condensed) is packed against, and its
-// number: the learned one if there is one, made from item if item may teach
-// it; the static one if not. Items packed against the static one stay
-// readable for the process's life.
+// number: the newest learned one if there is one, the first made from item if
+// item may teach it; the static one if not. Items packed against the static
+// one stay readable for the process's life.
 func (d *Dictionaries) For(item []byte) (byte, *s2.Dict) {
-	if dict := d.learned.Load(); dict != nil {
-		return Learned, dict
+	if id, l := d.newestLearned(); l != nil {
+		return id, l.dict
 	}
 	if !d.learnable(item) {
 		return Static, d.static()
 	}
-	return Learned, d.learn(d.make(item))
+	return Learned, d.learnFirst(item)
 }
 
-// First returns the learned dictionary, made first if there is none: from
-// item if it is within the bounds, from the typical item alone if not. For a
-// caller whose packed items name no dictionary: every item is packed against
-// the one the process's first item made.
+// First returns the first learned dictionary, made first if there is none:
+// from item if it is within the bounds, from the typical item alone if not.
+// For a caller whose packed items name no dictionary: every item is packed
+// against the one the process's first item made, and none is learned after.
 func (d *Dictionaries) First(item []byte) *s2.Dict {
-	if dict := d.learned.Load(); dict != nil {
-		return dict
+	if l := d.learned[0].Load(); l != nil {
+		return l.dict
 	}
 	if !d.learnable(item) {
 		item = nil
 	}
-	return d.learn(d.make(item))
+	return d.learnFirst(item)
 }
 
-// learn sets the learned dictionary to dict unless another pack's item came
-// first, and returns the one set.
-func (d *Dictionaries) learn(dict *s2.Dict) *s2.Dict {
-	if d.learned.CompareAndSwap(nil, dict) {
-		return dict
+// learnFirst sets the first learned dictionary, of the typical item followed
+// by item, unless another pack's item came first, and returns the one set.
+func (d *Dictionaries) learnFirst(item []byte) *s2.Dict {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l := d.learned[0].Load(); l != nil {
+		return l.dict
 	}
-	return d.learned.Load()
+	return d.learnLocked(0, append(slices.Clip(d.typical()), item...))
+}
+
+// learnLocked sets learned dictionary i, of src, and counts it.
+func (d *Dictionaries) learnLocked(i int, src []byte) *s2.Dict {
+	l := &learnedDict{dict: d.make(src), src: src}
+	d.learned[i].Store(l)
+	d.newest.Store(int32(i + 1))
+	return l.dict
+}
+
+// Compress calls use with item compressed against the newest dictionary, an
+// S2 block in a buffer of the pool, valid only during the call, and the
+// dictionary's number. If item packs poorly against a learned dictionary, and
+// there is room for one more, the next is learned from the newest's source
+// followed by item, and item packed against it.
+func (d *Dictionaries) Compress(item []byte, use func(id byte, block []byte)) {
+	buf := Buffer()
+	defer Release(buf)
+	id, dict := d.For(item)
+	*buf = dict.Encode(*buf, item)
+	if id != Static && len(*buf) > poorBlock && d.learnable(item) {
+		if nid, ndict := d.learnAfter(id, item); ndict != nil {
+			id, *buf = nid, ndict.Encode(*buf, item)
+		}
+	}
+	use(id, *buf)
+}
+
+// learnAfter returns a dictionary newer than id to pack item against: the
+// newest, if another pack learned one meanwhile, or one learned from item if
+// there is room; nil if neither.
+func (d *Dictionaries) learnAfter(id byte, item []byte) (byte, *s2.Dict) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	newest, l := d.newestLearned()
+	if newest != id {
+		return newest, l.dict
+	}
+	i := int(newest-Learned) + 1
+	if i >= len(d.learned) || len(l.src)+len(item) > maxSource {
+		return 0, nil
+	}
+	src := append(slices.Clip(l.src), item...)
+	return Learned + byte(i), d.learnLocked(i, src)
 }
 
 // Of returns the dictionary numbered id, or nil: bytes this process did not
-// pack may name one it does not have, and the learned one may not be made yet.
+// pack may name one it does not have, and a learned one may not be made yet.
 func (d *Dictionaries) Of(id byte) *s2.Dict {
-	switch id {
-	case Static:
+	if id == Static {
 		return d.static()
-	case Learned:
-		return d.learned.Load()
+	}
+	if i := int(id - Learned); i < len(d.learned) {
+		if l := d.learned[i].Load(); l != nil {
+			return l.dict
+		}
 	}
 	return nil
 }
 
-// Relearn forgets the learned dictionary until restore is called, for a test
-// that teaches one anew: what is packed against the new one meanwhile does
+// Relearn forgets the learned dictionaries until restore is called, for a test
+// that teaches them anew: what is packed against the new ones meanwhile does
 // not unpack after restore.
 func (d *Dictionaries) Relearn() (restore func()) {
-	was := d.learned.Swap(nil)
-	return func() { d.learned.Store(was) }
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var was [len(d.learned)]*learnedDict
+	for i := range d.learned {
+		was[i] = d.learned[i].Swap(nil)
+	}
+	newest := d.newest.Swap(0)
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for i := range d.learned {
+			d.learned[i].Store(was[i])
+		}
+		d.newest.Store(newest)
+	}
 }
 
 // scratch holds the buffers in between: items are compressed into one before

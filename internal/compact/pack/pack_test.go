@@ -2,6 +2,7 @@ package pack
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,66 @@ func TestABlockThatIsNotOneIsAnError(t *testing.T) {
 	called := false
 	if err := Decompress(d.Of(Static), []byte{0xff, 0xff, 0xff}, func([]byte) { called = true }); err == nil || called {
 		t.Fatalf("a malformed block: error %v, use called %v", err, called)
+	}
+}
+
+// compressed packs item with d.Compress, and checks that it comes back.
+func compressed(t *testing.T, d *Dictionaries, item []byte) (byte, int) {
+	t.Helper()
+	var id byte
+	var block []byte
+	d.Compress(item, func(i byte, b []byte) { id, block = i, bytes.Clone(b) })
+	var got []byte
+	if err := Decompress(d.Of(id), block, func(src []byte) { got = bytes.Clone(src) }); err != nil || !bytes.Equal(got, item) {
+		t.Fatalf("dictionary %d: an item of %d bytes came back as %d bytes, %v", id, len(item), len(got), err)
+	}
+	return id, len(block)
+}
+
+// noise is n bytes no dictionary has, the same for the same seed.
+func noise(seed byte, n int) []byte {
+	out := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range out {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		out[i] = byte(x)
+	}
+	return out
+}
+
+// An item of a shape the learned dictionary lacks (a pod once it runs)
+// teaches the next dictionary, against which its siblings pack small; what
+// was packed before stays readable, and learning stops when there is no room.
+func TestAnItemThatPacksPoorlyTeachesTheNextDictionary(t *testing.T) {
+	d := NewDictionaries("test", typical, 20, 4<<10)
+	created := append([]byte("created: "), noise(1, 200)...)
+	running := append(slices.Clone(created), noise(2, 400)...)
+	if id, _ := compressed(t, d, created); id != Learned {
+		t.Fatalf("the first item was packed against %d", id)
+	}
+	before := d.Of(Learned)
+	id, n := compressed(t, d, running)
+	if id != Learned+1 || d.Of(Learned) != before {
+		t.Fatalf("an item packing poorly was packed against %d, the first learned one changed: %v", id, d.Of(Learned) != before)
+	}
+	againstFirst := len(d.Of(Learned).Encode(nil, running))
+	if n*4 > againstFirst {
+		t.Errorf("the item packs to %d bytes against what it taught, %d against the first learned", n, againstFirst)
+	}
+	if id, n := compressed(t, d, created); id != Learned+1 || n > 16 {
+		t.Errorf("an item like the first packed against %d to %d bytes", id, n)
+	}
+	// Each further poor item learns, while there is room.
+	for i := range MoreLearned + 2 {
+		id, _ := compressed(t, d, noise(byte(10+i), 300))
+		want := min(Learned+1+byte(i+1), Learned+MoreLearned)
+		if id != want {
+			t.Fatalf("poor item %d was packed against %d, want %d", i, id, want)
+		}
+	}
+	if d.Of(Learned+MoreLearned+1) != nil {
+		t.Error("a dictionary beyond the last was made")
 	}
 }

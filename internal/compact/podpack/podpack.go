@@ -62,11 +62,13 @@ import (
 // requests over 1.5 MiB by default, the API server bodies over 3 MiB.
 const maxEncodedPod = 64 << 20
 
-// A packed pod is one byte that names its dictionary, then the S2 block. There
-// are two dictionaries (internal/compact/pack): static, the encoding of
-// dictionaryPod, and learned, the same followed by the encoding of the first
-// pod the process packs that is big enough to teach something (minLearned,
-// maxLearned). Pods of one node mostly come from a few templates (a
+// A packed pod is one byte that names its dictionary, then the S2 block. The
+// dictionaries (internal/compact/pack) are static, the encoding of
+// dictionaryPod, and the learned ones: the same followed by the encoding of the
+// first pod the process packs that is big enough to teach something
+// (minLearned, maxLearned), and then of up to two pods that packed poorly
+// against the newest (a node's first running pod, whose status its first pod
+// as created lacked). Pods of one node mostly come from a few templates (a
 // Deployment's replicas, a Job's), so against a sibling a pod keeps little
 // more than its names, UID and times (in a probe of 2,000 Deployment pods on
 // 200 nodes, the pod cache's and the mock's packs together took 355 bytes a
@@ -133,9 +135,8 @@ func PackEncoded(raw []byte) []byte {
 	condensed := pack.Buffer()
 	defer pack.Release(condensed)
 	*condensed = condense(*condensed, raw)
-	id, d := dicts.For(*condensed)
 	var packed []byte
-	pack.Compress(d, *condensed, func(block []byte) {
+	dicts.Compress(*condensed, func(id byte, block []byte) {
 		packed = make([]byte, 1+len(block))
 		packed[0] = id
 		copy(packed[1:], block)

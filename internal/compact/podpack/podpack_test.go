@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // aPod is a pod unlike the dictionary's in its names, so that what a test sees
@@ -389,4 +390,73 @@ func FuzzCondense(f *testing.F) {
 			t.Fatalf("%q expanded to %q, %v", raw, got, err)
 		}
 	})
+}
+
+// runningPod is createdPod(i) as a provider unlike the dictionary pod's
+// kubelet reports it running.
+func runningPod(i int) *corev1.Pod {
+	p := createdPod(i)
+	p.Status = aPod(i).Status
+	at := metav1.NewTime(time.Date(2026, 11, 28, 0, 21, 29+i%3, 0, time.UTC))
+	p.Status.StartTime = &at
+	for c := range p.Status.Conditions {
+		p.Status.Conditions[c].LastTransitionTime = at
+		p.Status.Conditions[c].ObservedGeneration = 1
+	}
+	p.Status.ObservedGeneration = 1
+	p.Status.HostIP, p.Status.HostIPs = "192.168.17.4", []corev1.HostIP{{IP: "192.168.17.4"}}
+	p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: "example://" + c.Image,
+			ContainerID: fmt.Sprintf("example://%s/%s", p.UID, c.Name), Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at}},
+		})
+	}
+	return p
+}
+
+// createdPod is aPod(i), with a second container, as the API server first
+// stores it.
+func createdPod(i int) *corev1.Pod {
+	p := aPod(i)
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "log-shipper", Image: "ghcr.io/example/log-shipper:v0.9.1"})
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: p.Status.QOSClass}
+	return p
+}
+
+// A node's first pod is learned as created; the first that runs teaches the
+// next dictionary, against which its running siblings pack smaller, while
+// pods as created pack as small as before.
+func TestRunningPodsPackAgainstARunningSibling(t *testing.T) {
+	t.Cleanup(dicts.Relearn())
+	packed := func(p *corev1.Pod) []byte {
+		t.Helper()
+		b, err := Pack(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Unpack(b)
+		if err != nil || !equality.Semantic.DeepEqual(got, p) {
+			t.Fatalf("pod %s came back as %+v, %v", p.Name, got, err)
+		}
+		return b
+	}
+	packed(createdPod(1))
+	rawCreated, _ := createdPod(2).Marshal()
+	createdAgainstFirst := len(dicts.Of(pack.Learned).Encode(nil, condense(nil, rawCreated))) + 1
+	rawRunning, _ := runningPod(2).Marshal()
+	runningAgainstFirst := len(dicts.Of(pack.Learned).Encode(nil, condense(nil, rawRunning))) + 1
+	if first := packed(runningPod(1)); first[0] != pack.Learned+1 {
+		t.Fatalf("the first running pod was packed against dictionary %d", first[0])
+	}
+	running, created := packed(runningPod(2)), packed(createdPod(2))
+	t.Logf("a running sibling: %d bytes encoded, %d packed, %d against the first learned dictionary; as created %d, %d", len(rawRunning), len(running), runningAgainstFirst, len(created), createdAgainstFirst)
+	if running[0] != pack.Learned+1 || len(running)*3 > runningAgainstFirst*2 {
+		t.Errorf("a running sibling packed against %d to %d bytes, %d against the first learned dictionary", running[0], len(running), runningAgainstFirst)
+	}
+	if len(created) > createdAgainstFirst+8 {
+		t.Errorf("a sibling as created packs to %d bytes, %d against the first learned dictionary", len(created), createdAgainstFirst)
+	}
 }
