@@ -59,6 +59,9 @@ type Pod struct {
 	terminal bool
 	// ephemeral is true when the pod has ephemeral containers.
 	ephemeral bool
+	// keyed is true when Name is the end of the pod's key, one string
+	// "namespace/name" (see Key).
+	keyed bool
 }
 
 // StatusHash fingerprints the pod's encoded status: two Pods with the same
@@ -78,8 +81,33 @@ func (c *Pod) Terminal() bool { return c.terminal }
 // containers.
 func (c *Pod) HasEphemeralContainers() bool { return c.ephemeral }
 
-// Key is the pod's namespace/name.
-func (c *Pod) Key() string { return c.Namespace + "/" + c.Name }
+// Key is the pod's namespace/name. A Pod's name is the end of one string
+// that holds its key (cachedFrom), so the key costs no bytes of its own: the
+// informer's events hand it to the queues, and the controller keeps it as the
+// pod's state's key, where each pod kept a copy of 48 bytes more.
+func (c *Pod) Key() string {
+	if !c.keyed {
+		return c.Namespace + "/" + c.Name
+	}
+	// Name is key[len(Namespace)+1:] (cachedFrom, and never written after:
+	// a Pod is read-only), so the key starts that many bytes before it, in
+	// the same allocation.
+	n := len(c.Namespace) + 1
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(unsafe.StringData(c.Name)), -n)), n+len(c.Name))
+}
+
+// keyed returns namespace and name as parts of one string namespace/name: the
+// namespace one copy for all pods (unique.Make), the name the end of the key.
+func keyed(namespace, name string) (ns, nm string, ok bool) {
+	ns = unique.Make(namespace).Value()
+	if name == "" {
+		// An empty name's string may point anywhere: Key could not find
+		// the key from it.
+		return ns, name, false
+	}
+	key := ns + "/" + name
+	return ns, key[len(ns)+1:], true
+}
 
 // packedBytes is packed as the slice podpack reads: read-only.
 func (c *Pod) packedBytes() []byte {
@@ -290,10 +318,11 @@ func cachedFrom(meta *metav1.ObjectMeta, raw []byte) *Pod {
 	statusHash, specHash := fingerprints(raw)
 	spec, status := apiwire.Field(raw, podSpecField), apiwire.Field(raw, podStatusField)
 	phase := corev1.PodPhase(apiwire.Field(status, statusPhaseField))
+	namespace, name, isKeyed := keyed(meta.Namespace, meta.Name)
 	return &Pod{
 		// The namespace and node name are the same in many pods: one copy of
 		// each (unique.Make) rather than one per pod.
-		Namespace: unique.Make(meta.Namespace).Value(), Name: meta.Name,
+		Namespace: namespace, Name: name, keyed: isKeyed,
 		NodeName: unique.Make(string(apiwire.Field(spec, specNodeNameField))).Value(),
 		UID:      meta.UID, ResourceVersion: meta.ResourceVersion, DeletionTimestamp: meta.DeletionTimestamp,
 		terminal:   phase == corev1.PodSucceeded || phase == corev1.PodFailed,

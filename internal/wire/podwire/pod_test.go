@@ -234,6 +234,34 @@ func TestAPodKeepsOneCopyOfItsNameAndUID(t *testing.T) {
 	}
 }
 
+// A cached pod's key is one string with its name: reading it makes nothing,
+// in the Pod and in its copies.
+func TestAPodsKeyCostsNothing(t *testing.T) {
+	p := typicalPod()
+	cp, err := Compact(p.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.Namespace + "/" + p.Name
+	copied := cp.DeepCopyObject().(*Pod)
+	for _, c := range []*Pod{cp, copied} {
+		if got := c.Key(); got != want {
+			t.Errorf("key %q, want %q", got, want)
+		}
+		if n := testing.AllocsPerRun(10, func() { _ = c.Key() }); n != 0 {
+			t.Errorf("reading the key made %v allocations", n)
+		}
+	}
+	if !sameString(cp.Key(), copied.Key()) {
+		t.Error("a copy's key is a copy of the key")
+	}
+	// A Pod with no name has a key all the same.
+	nameless := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
+	if c, err := Compact(nameless); err != nil || c.Key() != "shop/" {
+		t.Errorf("a nameless pod's key: %v", err)
+	}
+}
+
 // The informer reads a cached pod's key and resource version without making
 // anything: the Pod is its own read-only metav1.Object.
 func TestACachedPodIsItsOwnObjectMeta(t *testing.T) {

@@ -39,7 +39,7 @@ func TransformOf(store cache.Store) cache.TransformFunc {
 			return obj, err
 		}
 		if old, ok := cachedIn(store, cp.Key()); ok && old.UID == cp.UID && old.Name == cp.Name {
-			cp.Name, cp.UID = old.Name, old.UID
+			cp.Name, cp.UID, cp.keyed = old.Name, old.UID, old.keyed
 		}
 		return cp, nil
 	}
