@@ -5,7 +5,7 @@ package resolve
 func KeptTokenBytes(r *Resolver, podKey string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p := r.pods[podKey]; p != nil && len(p.tokens) > 0 {
+	if p := r.pods.get(podKey); p != nil && len(p.tokens) > 0 {
 		return p.tokens[0].token.Size()
 	}
 	return 0

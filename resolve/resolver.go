@@ -71,8 +71,8 @@ type Resolver struct {
 	stores map[storeKey]*store
 	// closed is set once Run has returned and the caches were given back.
 	closed bool
-	// pods are the resolved pods by key: what they hold and reference.
-	pods map[string]*podRefs
+	// pods are the resolved pods: what they hold and reference.
+	pods podIndex
 	// lastObjects is the last pod's list of referenced objects, which the
 	// next pod with an equal list shares (setObjectsLocked).
 	lastObjects []objectKey
@@ -139,7 +139,7 @@ func New(cfg Config) (*Resolver, error) {
 		clock: cfg.Clock, log: cfg.Logger.With("component", "resolver", "node", cfg.NodeName),
 		checkInterval: cfg.TokenCheckInterval, syncTimeout: cfg.SyncTimeout,
 		caches: cfg.Caches,
-		stores: map[storeKey]*store{}, pods: map[string]*podRefs{},
+		stores: map[storeKey]*store{}, pods: podIndex{},
 	}, nil
 }
 
@@ -244,7 +244,7 @@ func (r *Resolver) Check(ctx context.Context, pod *corev1.Pod) error {
 func (r *Resolver) Release(podKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := r.pods[podKey]
+	p := r.pods.get(podKey)
 	if p == nil {
 		return
 	}
@@ -252,7 +252,7 @@ func (r *Resolver) Release(podKey string) {
 	for _, k := range storesFor(namespaceOf(podKey)) {
 		r.unrefStoreLocked(k)
 	}
-	delete(r.pods, podKey)
+	r.pods.remove(podKey)
 }
 
 func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*provider.ResolvedPod, error) {
@@ -265,7 +265,7 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 	rp, notes, err := resolvePod(pod, src, what)
 
 	r.mu.Lock()
-	p := r.pods[key]
+	p := r.pods.get(key)
 	if p != nil {
 		r.setObjectsLocked(key, p, src.touched)
 	}
@@ -300,7 +300,7 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (map[storeKey]*store, error) {
 	needed := storesFor(pod.Namespace)
 	r.mu.Lock()
-	p := r.pods[key]
+	p := r.pods.get(key)
 	if p != nil && p.uid != pod.UID {
 		// Another incarnation of the name: it starts afresh.
 		r.setObjectsLocked(key, p, nil)
@@ -311,7 +311,7 @@ func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (ma
 	}
 	if p == nil {
 		p = &podRefs{uid: pod.UID} // recorded is made on the first Event: most pods have none
-		r.pods[key] = p
+		r.pods.put(pod.Namespace, pod.Name, p)
 		for _, k := range needed {
 			r.refStoreLocked(k)
 		}
@@ -387,7 +387,7 @@ func (r *Resolver) objectChanged(o objectKey) {
 	var keys []string
 	var lastList *objectKey
 	var lastHas bool
-	for k, p := range r.pods {
+	for n, p := range r.pods.all() {
 		if len(p.objects) == 0 {
 			continue
 		}
@@ -395,7 +395,7 @@ func (r *Resolver) objectChanged(o objectKey) {
 			lastList, lastHas = &p.objects[0], slices.Contains(p.objects, o)
 		}
 		if lastHas {
-			keys = append(keys, k)
+			keys = append(keys, n.key())
 		}
 	}
 	r.mu.Unlock()

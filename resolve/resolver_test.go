@@ -543,10 +543,11 @@ func TestObjectChangedNamesThePodsThatReferenceTheObject(t *testing.T) {
 	set := func(key string, objects ...objectKey) {
 		f.r.mu.Lock()
 		defer f.r.mu.Unlock()
-		p := f.r.pods[key]
+		p := f.r.pods.get(key)
 		if p == nil {
 			p = &podRefs{uid: types.UID(key)}
-			f.r.pods[key] = p
+			ns, name, _ := strings.Cut(key, "/")
+			f.r.pods.put(ns, name, p)
 		}
 		f.r.setObjectsLocked(key, p, objects)
 	}

@@ -71,7 +71,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	now := r.clock.Now()
 	key := pod.Namespace + "/" + pod.Name
 	r.mu.Lock()
-	if p := r.pods[key]; p != nil && p.uid == pod.UID {
+	if p := r.pods.get(key); p != nil && p.uid == pod.UID {
 		for i := range p.tokens {
 			if t := &p.tokens[i]; t.is(sa, audience, exp) && now.Before(t.refreshAt.Time()) {
 				packed := t.token
@@ -110,7 +110,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 		expirationSeconds: exp, token: tokenpack.Pack(tok),
 		eligibleAt: unixtime.Of(eligible), refreshAt: unixtime.Of(due), period: period}
 	r.mu.Lock()
-	if p := r.pods[key]; p != nil && p.uid == pod.UID {
+	if p := r.pods.get(key); p != nil && p.uid == pod.UID {
 		replaced := false
 		for i := range p.tokens {
 			if p.tokens[i].is(sa, audience, exp) {
@@ -135,15 +135,16 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 func (r *Resolver) checkTokens() {
 	now := r.clock.Now()
 	type candidate struct {
-		key      string
+		pod      podName
+		refs     *podRefs
 		eligible time.Time
 		overdue  bool
 	}
 	var cands []candidate
 	var rate float64 // refreshes owed per second
 	r.mu.Lock()
-	for key, p := range r.pods {
-		c := candidate{key: key}
+	for n, p := range r.pods.all() {
+		c := candidate{pod: n, refs: p}
 		found := false
 		for i := range p.tokens {
 			t := &p.tokens[i]
@@ -193,14 +194,14 @@ func (r *Resolver) checkTokens() {
 	r.refreshBudget = max(r.refreshBudget, -float64(hardCap))
 	chosen := cands[:n]
 	for _, c := range chosen {
-		for i := range r.pods[c.key].tokens {
-			if t := &r.pods[c.key].tokens[i]; !now.Before(t.eligibleAt.Time()) {
+		for i := range c.refs.tokens {
+			if t := &c.refs.tokens[i]; !now.Before(t.eligibleAt.Time()) {
 				t.refreshAt, t.eligibleAt = unixtime.Of(now), unixtime.Of(now.Add(2*r.checkInterval))
 			}
 		}
 	}
 	r.mu.Unlock()
 	for _, c := range chosen {
-		r.onChange(c.key)
+		r.onChange(c.pod.key())
 	}
 }
