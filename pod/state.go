@@ -40,14 +40,10 @@ type podState struct {
 	// deleteRequested is set once DeletePod has succeeded for the incarnation
 	// providerUID names; it is cleared whenever providerUID is set.
 	deleteRequested bool
-	// startTrace is the recorded sync span that created the pod in the provider,
-	// until the first status write continues its trace; nil when not traced (a
-	// pointer: most pods are not, and the 56 bytes inline made every pod's
-	// state a size class larger, 176 against 128 bytes).
-	startTrace *trace.SpanContext
 	// (The booleans are kept together, deleteRequested a flag rather than a
-	// UID, and the volumes' digest short, so that a pod's state fits the
-	// 96-byte size class: TestAPodsStateFitsItsSizeClass.)
+	// UID, the volumes' digest short and the rare start trace apart
+	// (stateStore.startTraces), so that a pod's state fits the 80-byte size
+	// class: TestAPodsStateFitsItsSizeClass.)
 }
 
 // stateStore holds the podState of every key and a lock per key, so the sync,
@@ -67,6 +63,13 @@ type stateStore struct {
 	// creating are the pods whose CreatePod is in flight, by key, with the
 	// status the provider notified for one meanwhile (beginCreate).
 	creating map[string]*createInFlight
+	// startTraces are the recorded sync spans that created pods in the
+	// provider, by key, until each pod's first status write continues its
+	// trace. Few pods have one (traced and sampled), and a field of 8 bytes
+	// put every pod's state in the next size class (96 against 80 bytes).
+	// traced counts them, read without the lock as resized is.
+	startTraces map[string]trace.SpanContext
+	traced      atomic.Int32
 }
 
 // createInFlight is one pod's CreatePod in flight: the incarnation created, and
@@ -219,6 +222,50 @@ func (s *stateStore) forget(key string) {
 	defer s.mu.Unlock()
 	delete(s.states, key)
 	s.setResizeLocked(key, nil)
+	s.setStartTraceLocked(key, nil)
+}
+
+// setStartTrace keeps sc as the span that created key's pod in the provider;
+// nil drops the one kept.
+func (s *stateStore) setStartTrace(key string, sc *trace.SpanContext) {
+	if sc == nil && s.traced.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setStartTraceLocked(key, sc)
+}
+
+func (s *stateStore) setStartTraceLocked(key string, sc *trace.SpanContext) {
+	if sc == nil {
+		delete(s.startTraces, key)
+		if len(s.startTraces) == 0 {
+			s.startTraces = nil
+		}
+	} else {
+		if s.startTraces == nil {
+			s.startTraces = map[string]trace.SpanContext{}
+		}
+		s.startTraces[key] = *sc
+	}
+	s.traced.Store(int32(len(s.startTraces)))
+}
+
+// takeStartTrace returns the span that created key's pod in the provider, and
+// drops it: nil if there is none.
+func (s *stateStore) takeStartTrace(key string) *trace.SpanContext {
+	if s.traced.Load() == 0 {
+		// One for key is set under key's lock, which the caller holds.
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc, ok := s.startTraces[key]
+	if !ok {
+		return nil
+	}
+	s.setStartTraceLocked(key, nil)
+	return &sc
 }
 
 // keys returns the keys with state.

@@ -58,11 +58,8 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			p.Generation = gen
 		}
 	}
-	ctx, span := c.startSpan(continuedFrom(ctx, st.startTrace), spanStatus, key)
+	ctx, span := c.startSpan(continuedFrom(ctx, c.state.takeStartTrace(key)), spanStatus, key)
 	defer func() { endSpan(span, err) }()
-	if st.startTrace != nil {
-		c.state.updateIfExists(key, func(s *podState) { s.startTrace = nil })
-	}
 	status := st.notified
 	if status == nil {
 		done := c.metrics.observeProviderCall("GetPodStatus")

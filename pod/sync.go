@@ -219,9 +219,10 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 		started = &sc
 	}
 	c.state.setResize(key, nil) // a new incarnation runs the spec's resources
+	c.state.setStartTrace(key, started)
 	c.state.created(key, func(s *podState, notified *corev1.PodStatus) {
 		s.providerUID, s.lastPod = p.UID, cached
-		s.deleteRequested, s.notified, s.startTrace = false, notified, started
+		s.deleteRequested, s.notified = false, notified
 		s.env, s.volumes, s.volumesStale = nil, volumesDigest{}, false
 		if rp != nil {
 			s.env, s.volumes = rp.Env, digestVolumes(rp.Volumes)
