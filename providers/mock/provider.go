@@ -190,13 +190,21 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		p.mu.Unlock()
 		return err
 	}
+	if old := p.pods[key]; old != nil {
+		// Another incarnation under the name, replaced: its count goes like a
+		// stopped pod's.
+		p.keepCreatesLocked(old)
+		p.goneLocked(old.uid, key, now)
+	}
+	// A pod created again after it went has its count in createCounts.
+	rec.creates = uint32(p.createCounts[pod.UID]) + 1
+	delete(p.createCounts, pod.UID)
 	rec.resolution = resolution
 	rec.hostIP, rec.created, rec.running = p.hostIP, unixtime.Of(now), unixtime.Of(now.Add(p.cfg.StartDelay.Duration))
 	if !pod.Spec.HostNetwork {
 		rec.podIP = p.allocIPLocked()
 	}
 	p.pods[key] = rec
-	p.createCounts[pod.UID]++
 	p.version++
 	if s := p.schedulerLocked(); s != nil {
 		p.pushLocked(s, now, rec)
@@ -377,6 +385,11 @@ func (p *Provider) snapshot() (time.Time, []*podRecord) {
 func (p *Provider) CreateCount(uid types.UID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, rec := range p.pods {
+		if rec.uid == uid {
+			return int(rec.creates)
+		}
+	}
 	return p.createCounts[uid]
 }
 

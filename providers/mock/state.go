@@ -72,6 +72,9 @@ func (p *Provider) save() error {
 	recs := make([]*podRecord, 0, len(p.pods))
 	for _, rec := range p.pods {
 		recs = append(recs, rec)
+		if rec.creates > 0 {
+			st.CreateCounts[rec.uid] = int(rec.creates)
+		}
 	}
 	for uid, n := range p.createCounts {
 		st.CreateCounts[uid] = n
@@ -155,7 +158,15 @@ func (p *Provider) load() error {
 			p.pods[rec.key] = rec
 		}
 	}
+	byUID := make(map[types.UID]*podRecord, len(p.pods))
+	for _, rec := range p.pods {
+		byUID[rec.uid] = rec
+	}
 	for uid, n := range st.CreateCounts {
+		if rec := byUID[uid]; rec != nil {
+			rec.creates = uint32(n) // the record is not shared yet
+			continue
+		}
 		p.createCounts[uid] = n
 	}
 	for uid, n := range st.DeleteCalls {
@@ -163,9 +174,9 @@ func (p *Provider) load() error {
 	}
 	// The counts of pods not running any more are forgotten countsKept from now
 	// (the file does not say when each pod went).
-	live := map[types.UID]bool{}
-	for _, rec := range p.pods {
-		live[rec.uid] = true
+	live := make(map[types.UID]bool, len(byUID))
+	for uid := range byUID {
+		live[uid] = true
 	}
 	for _, counts := range []map[types.UID]int{p.createCounts, p.deleteCalls} {
 		for uid := range counts {
