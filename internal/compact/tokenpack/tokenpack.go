@@ -39,6 +39,7 @@ import (
 	"slices"
 	"sync"
 	"unique"
+	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 
@@ -52,9 +53,19 @@ type Token struct {
 	// whole token as given.
 	header unique.Handle[string]
 	// body is the signature's length (uvarint), the signature, and the claims'
-	// JSON compressed with S2 against dict.
-	body []byte
+	// JSON compressed with S2 against dict; or the token as given. It is held
+	// in a string (never written, as a string is) for its 8 bytes fewer than a
+	// slice's: a Token is kept per pod, by the resolver and by providers.
+	body string
 }
+
+// asBody holds b in a Token's body without copying it: b is never written
+// after (packed bytes are the package's own, a token kept as given is the
+// caller's, read-only).
+func asBody(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// bodyBytes is the body as the slice it was made from: read-only.
+func (t Token) bodyBytes() []byte { return unsafe.Slice(unsafe.StringData(t.body), len(t.body)) }
 
 // b64 is the base64 of JWTs: URL alphabet, no padding. Strict decoding refuses
 // stray bits in the last character, so that a decoded segment encodes back to
@@ -116,7 +127,7 @@ const maxClaims = s2.MaxDictSrcOffset
 func Pack(token []byte) Token {
 	header, claims64, sig64, ok := split(token)
 	if !ok {
-		return Token{body: token}
+		return Token{body: asBody(token)}
 	}
 	hash := maphash.Bytes(recent.seed, token)
 	if t, ok := recent.get(hash); ok && t.is(token) {
@@ -124,13 +135,13 @@ func Pack(token []byte) Token {
 	}
 	claims, err := b64Strict.DecodeString(string(claims64))
 	if err != nil || len(claims) > maxClaims {
-		return Token{body: token}
+		return Token{body: asBody(token)}
 	}
 	sigLen := b64.DecodedLen(len(sig64))
 	var body []byte
 	condensed, ok := condense(claims)
 	if !ok {
-		return Token{body: token}
+		return Token{body: asBody(token)}
 	}
 	deepstack.Do(func() {
 		pack.Compress(dicts.First(condensed), condensed, func(block []byte) {
@@ -143,11 +154,11 @@ func Pack(token []byte) Token {
 		})
 	})
 	if err != nil {
-		return Token{body: token}
+		return Token{body: asBody(token)}
 	}
-	packed := Token{header: unique.Make(string(header)), body: body}
+	packed := Token{header: unique.Make(string(header)), body: asBody(body)}
 	if !packed.is(token) {
-		return Token{body: token}
+		return Token{body: asBody(token)}
 	}
 	recent.put(hash, packed)
 	return packed
@@ -214,7 +225,7 @@ func split(token []byte) (header, claims, sig []byte, ok bool) {
 // one given for a token kept as given (read-only, like the one Pack was given).
 func (t Token) Bytes() []byte {
 	if !t.Packed() {
-		return t.body
+		return t.bodyBytes()
 	}
 	return t.appendTo(nil)
 }
@@ -223,7 +234,7 @@ func (t Token) Bytes() []byte {
 // Pack checks each token it packs, and the copy would be garbage at once.
 func (t Token) is(token []byte) bool {
 	if !t.Packed() {
-		return bytes.Equal(t.body, token)
+		return t.body == string(token)
 	}
 	buf := pack.Buffer()
 	defer pack.Release(buf)
@@ -233,8 +244,9 @@ func (t Token) is(token []byte) bool {
 
 // appendTo appends the packed token t, rebuilt, to out.
 func (t Token) appendTo(out []byte) []byte {
-	sigLen, n := binary.Uvarint(t.body)
-	sig, block := t.body[n:n+int(sigLen)], t.body[n+int(sigLen):]
+	body := t.bodyBytes()
+	sigLen, n := binary.Uvarint(body)
+	sig, block := body[n:n+int(sigLen)], body[n+int(sigLen):]
 	expanded := pack.Buffer()
 	defer pack.Release(expanded)
 	// A packed token exists only once the dictionary does.
