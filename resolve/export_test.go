@@ -5,8 +5,10 @@ package resolve
 func KeptTokenBytes(r *Resolver, podKey string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p := r.pods.get(podKey); p != nil && len(p.tokens) > 0 {
-		return p.tokens[0].token.Size()
+	if p := r.pods.get(podKey); p != nil {
+		for t := range p.tokens.all() {
+			return t.token.Size()
+		}
 	}
 	return 0
 }

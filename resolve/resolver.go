@@ -75,7 +75,7 @@ type Resolver struct {
 	pods podIndex
 	// lastObjects is the last pod's list of referenced objects, which the
 	// next pod with an equal list shares (setObjectsLocked).
-	lastObjects []objectKey
+	lastObjects *[]objectKey
 }
 
 type kind string
@@ -95,13 +95,25 @@ type objectKey struct {
 type podRefs struct {
 	uid types.UID
 	// The pod uses the stores of storesFor(its namespace) and those of the
-	// ConfigMaps and Secrets among objects, which it holds a reference to.
-	objects []objectKey
+	// ConfigMaps and Secrets among objects, which it holds a reference to:
+	// a list shared by the pods that reference the same objects, never
+	// changed (setObjectsLocked); nil for none.
+	objects *[]objectKey
 	// recorded are the Event messages already recorded for uid (nil: none).
 	recorded map[string]bool
 	// tokens are the service-account tokens handed out for uid, to reuse and
-	// refresh: most pods have one, many none.
-	tokens []podToken
+	// refresh.
+	tokens podTokens
+	// (The list a pointer, the first token inline: a pod's records fit the
+	// 112-byte size class, where a podRefs and its one token took 144.)
+}
+
+// objectList is the objects p references.
+func (p *podRefs) objectList() []objectKey {
+	if p.objects == nil {
+		return nil
+	}
+	return *p.objects
 }
 
 // namespaceOf is the namespace of a pod key.
@@ -338,11 +350,13 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 	objects = uniqueObjects(objects)
 	// Most pods of a node reference the same objects (kube-root-ca.crt): they
 	// share one list, never changed once set, rather than keep one each.
+	var list *[]objectKey
 	if len(objects) > 0 {
-		if slices.Equal(objects, r.lastObjects) {
-			objects = r.lastObjects
+		if r.lastObjects != nil && slices.Equal(objects, *r.lastObjects) {
+			list = r.lastObjects
 		} else {
-			r.lastObjects = objects
+			list = &objects
+			r.lastObjects = list
 		}
 	}
 	for _, o := range objects {
@@ -350,12 +364,12 @@ func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey)
 			r.refStoreLocked(storeOf(o))
 		}
 	}
-	for _, o := range p.objects {
+	for _, o := range p.objectList() {
 		if o.kind != kindService {
 			r.unrefStoreLocked(storeOf(o))
 		}
 	}
-	p.objects = objects
+	p.objects = list
 }
 
 // uniqueObjects is objects without repeats, in a slice of its own (a pod reads an
@@ -380,19 +394,18 @@ func uniqueObjects(objects []objectKey) []objectKey {
 // while the index cost about 100 bytes a pod for the pod's whole life (in a
 // probe of 200 nodes with 10 token pods each). Most pods share one list of
 // objects (setObjectsLocked), which is looked through once: a list is told
-// by its first element's address, as lists are never resliced, only shared
-// whole or made anew (uniqueObjects).
+// by its address, as lists are shared whole or made anew, never changed.
 func (r *Resolver) objectChanged(o objectKey) {
 	r.mu.Lock()
 	var keys []string
-	var lastList *objectKey
+	var lastList *[]objectKey
 	var lastHas bool
 	for n, p := range r.pods.all() {
-		if len(p.objects) == 0 {
+		if p.objects == nil {
 			continue
 		}
-		if &p.objects[0] != lastList {
-			lastList, lastHas = &p.objects[0], slices.Contains(p.objects, o)
+		if p.objects != lastList {
+			lastList, lastHas = p.objects, slices.Contains(*p.objects, o)
 		}
 		if lastHas {
 			keys = append(keys, n.key())

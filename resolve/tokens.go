@@ -3,6 +3,7 @@ package resolve
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"time"
 	"unique"
@@ -46,6 +47,42 @@ type podToken struct {
 	period time.Duration
 }
 
+// podTokens are a pod's tokens: the first inline, as most pods have one token
+// or none, the others after it.
+type podTokens struct {
+	first podToken // zero (no request) for none
+	more  []podToken
+}
+
+// all yields each token, to read or change in place.
+func (ts *podTokens) all() iter.Seq[*podToken] {
+	return func(yield func(*podToken) bool) {
+		if ts.first.request == (unique.Handle[tokenRequest]{}) || !yield(&ts.first) {
+			return
+		}
+		for i := range ts.more {
+			if !yield(&ts.more[i]) {
+				return
+			}
+		}
+	}
+}
+
+// put keeps t in place of the token of the same request, or as one more.
+func (ts *podTokens) put(t podToken) {
+	for old := range ts.all() {
+		if old.request == t.request {
+			*old = t
+			return
+		}
+	}
+	if ts.first.request == (unique.Handle[tokenRequest]{}) {
+		ts.first = t
+		return
+	}
+	ts.more = append(ts.more, t)
+}
+
 // tokenRequest is what a token is requested for: a service account, an
 // audience ("" for the API server's) and a lifetime in seconds (0: the API
 // server's default).
@@ -79,8 +116,8 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	key := pod.Namespace + "/" + pod.Name
 	r.mu.Lock()
 	if p := r.pods.get(key); p != nil && p.uid == pod.UID {
-		for i := range p.tokens {
-			if t := &p.tokens[i]; t.request == request && now.Before(t.refreshAt.Time()) {
+		for t := range p.tokens.all() {
+			if t.request == request && now.Before(t.refreshAt.Time()) {
 				packed := t.token
 				r.mu.Unlock()
 				return packed.Bytes(), nil
@@ -115,15 +152,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 		eligibleAt: unixtime.Of(eligible), refreshAt: unixtime.Of(due), period: period}
 	r.mu.Lock()
 	if p := r.pods.get(key); p != nil && p.uid == pod.UID {
-		replaced := false
-		for i := range p.tokens {
-			if p.tokens[i].request == request {
-				p.tokens[i], replaced = entry, true
-			}
-		}
-		if !replaced {
-			p.tokens = append(p.tokens, entry)
-		}
+		p.tokens.put(entry)
 	}
 	r.mu.Unlock()
 	return tok, nil
@@ -150,8 +179,7 @@ func (r *Resolver) checkTokens() {
 	for n, p := range r.pods.all() {
 		c := candidate{pod: n, refs: p}
 		found := false
-		for i := range p.tokens {
-			t := &p.tokens[i]
+		for t := range p.tokens.all() {
 			if t.period > 0 {
 				rate += 1 / t.period.Seconds()
 			}
@@ -198,8 +226,8 @@ func (r *Resolver) checkTokens() {
 	r.refreshBudget = max(r.refreshBudget, -float64(hardCap))
 	chosen := cands[:n]
 	for _, c := range chosen {
-		for i := range c.refs.tokens {
-			if t := &c.refs.tokens[i]; !now.Before(t.eligibleAt.Time()) {
+		for t := range c.refs.tokens.all() {
+			if !now.Before(t.eligibleAt.Time()) {
 				t.refreshAt, t.eligibleAt = unixtime.Of(now), unixtime.Of(now.Add(2*r.checkInterval))
 			}
 		}
