@@ -178,7 +178,7 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 	if old := p.lookupLocked(key, now); old != nil && old.uid == pod.UID {
 		if resolution != nil {
 			rec := *old
-			rec.resolution = resolution
+			rec.setResolution(resolution)
 			p.pods[key] = &rec
 		}
 		p.mu.Unlock()
@@ -197,9 +197,9 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		p.goneLocked(old.uid, key, now)
 	}
 	// A pod created again after it went has its count in createCounts.
-	rec.creates = uint32(p.createCounts[pod.UID]) + 1
+	rec.countCreate(p.createCounts[pod.UID])
 	delete(p.createCounts, pod.UID)
-	rec.resolution = resolution
+	rec.setResolution(resolution)
 	rec.hostIP, rec.created, rec.running = p.hostIP, unixtime.Of(now), unixtime.Of(now.Add(p.cfg.StartDelay.Duration))
 	if !pod.Spec.HostNetwork {
 		rec.podIP = p.allocIPLocked()
@@ -253,7 +253,7 @@ func (p *Provider) updatePod(ctx context.Context, pod *corev1.Pod, resolution *k
 		return err
 	}
 	if resolution != nil {
-		rec.resolution = resolution
+		rec.setResolution(resolution)
 	}
 	p.pods[key] = &rec
 	p.version++

@@ -3,6 +3,7 @@ package mock
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -41,15 +42,33 @@ type podRecord struct {
 	// kept here, in room the record has anyway, while the pod runs, and in
 	// Provider.createCounts once it is gone: an entry there for every pod
 	// took about 36 bytes a pod.
-	creates uint32
+	creates uint16
+	// resolved is set when resolution holds the pod's last resolution.
+	resolved bool
 	// The times are kept in 8 bytes each (unixtime.Instant), not a time.Time's 24.
 	created unixtime.Instant // CreatePod accepted it
 	running unixtime.Instant // created + StartDelay: its containers run from then on
 	deleted unixtime.Instant // DeletePod was first called; zero if it was not
 	stopped unixtime.Instant // its containers stop then; zero unless deleted
-	// resolution is what the mock keeps of the pod's last resolution, nil if
-	// it was given plain (not persisted).
-	resolution *keptResolution
+	// resolution is what the mock keeps of the pod's last resolution, if
+	// resolved (not persisted): inline, where a pointer to its own object
+	// took 64 bytes more a pod.
+	resolution keptResolution
+}
+
+// setResolution keeps k as the pod's last resolution; nil forgets it. Only
+// for a record not yet stored.
+func (r *podRecord) setResolution(k *keptResolution) {
+	if k == nil {
+		r.resolution, r.resolved = keptResolution{}, false
+		return
+	}
+	r.resolution, r.resolved = *k, true
+}
+
+// countCreate counts one more creation of the record's pod, after n before.
+func (r *podRecord) countCreate(n int) {
+	r.creates = uint16(min(n+1, math.MaxUint16))
 }
 
 // newRecord returns a record of pod, whose key is key (providerutil.PodKey), with the times

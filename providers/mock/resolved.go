@@ -32,7 +32,7 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 // UpdatePodVolumes replaces the volume files of a pod the mock runs and counts the
 // call (VolumeUpdates).
 func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPod) error {
-	volumes := keptVolumes(rp.Volumes)
+	volumes := keptVolumes(rp.Volumes, rp.Pod.Spec.Volumes)
 	key := providerutil.PodKey(rp.Pod.Namespace, rp.Pod.Name)
 	p.mu.Lock()
 	old := p.lookupLocked(key, p.clock.Now())
@@ -41,12 +41,7 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 		return providerutil.PodNotFound("mock", rp.Pod.Namespace, rp.Pod.Name)
 	}
 	rec := *old // records never change once stored
-	resolution := keptResolution{}
-	if old.resolution != nil {
-		resolution = *old.resolution
-	}
-	resolution.volumes = volumes
-	rec.resolution = &resolution
+	rec.resolution.volumes, rec.resolved = volumes, true
 	p.pods[key] = &rec
 	p.volumeCalls[key]++
 	p.mu.Unlock()
@@ -57,15 +52,21 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 // keptResolution is what the mock keeps of a ResolvedPod: everything but the pod,
 // which the pod's record holds. It is kept for every pod the mock runs, so it is
 // smaller than a ResolvedPod: the volumes are a slice, not a map (a map of one
-// entry costs about 250 bytes), and their files are kept compactly (keptVolume).
+// entry costs about 250 bytes), and their files are kept compactly (keptVolume);
+// the pull credentials, which most pods have none of, by pointer.
 type keptResolution struct {
 	env             map[string][]corev1.EnvVar
 	volumes         []keptVolume
-	pullCredentials []provider.RegistryCredential
+	pullCredentials *[]provider.RegistryCredential
 }
 
-// keptVolume is one resolved volume: its name, the layout of its files, and
-// its service-account tokens.
+// keptVolume is one resolved volume: which of the pod's volumes it is, the
+// layout of its files, and its service-account tokens.
+//
+// The volume is named by its index in the pod's spec, which the record
+// holds: the name of a token volume is the pod's own (kube-api-access-<random>),
+// 24 bytes more a pod. A volume the spec does not name, which no node hands
+// over, keeps its name at the head of its layout (index -1).
 //
 // A node's pods mostly mount the same files but their tokens (the
 // kube-api-access volume: the token, the cluster's CA bundle, the namespace), so
@@ -75,7 +76,7 @@ type keptResolution struct {
 // packed (internal/compact/tokenpack). Kept as a slice of files, a pod's token volume
 // took about 220 bytes, against about 80 so.
 type keptVolume struct {
-	name   string
+	index  int
 	layout unique.Handle[string]
 	// tokens are the data of the files the layout marks as tokens, in its order.
 	tokens []tokenpack.Token
@@ -89,8 +90,9 @@ const (
 	layoutData  = 1
 )
 
-// keptVolumes returns volumes as kept, in no particular order.
-func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
+// keptVolumes returns volumes as kept, in no particular order: spec are the
+// volumes of the pod's spec.
+func keptVolumes(volumes map[string]*provider.VolumeContents, spec []corev1.Volume) []keptVolume {
 	if len(volumes) == 0 {
 		return nil
 	}
@@ -102,6 +104,11 @@ func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
 		}
 		var tokens []tokenpack.Token
 		layout = layout[:0]
+		index := slices.IndexFunc(spec, func(sv corev1.Volume) bool { return sv.Name == name })
+		if index < 0 {
+			layout = binary.AppendUvarint(layout, uint64(len(name)))
+			layout = append(layout, name...)
+		}
 		for _, f := range v.Files {
 			layout = binary.AppendUvarint(layout, uint64(len(f.Path)))
 			layout = append(layout, f.Path...)
@@ -115,16 +122,23 @@ func keptVolumes(volumes map[string]*provider.VolumeContents) []keptVolume {
 			layout = binary.AppendUvarint(layout, uint64(len(f.Data)))
 			layout = append(layout, f.Data...)
 		}
-		out = append(out, keptVolume{name: name, layout: unique.Make(string(layout)), tokens: slices.Clip(tokens)})
+		out = append(out, keptVolume{index: index, layout: unique.Make(string(layout)), tokens: slices.Clip(tokens)})
 	}
 	return out
 }
 
-// files returns the volume's files. Paths and the data of files that are no
-// token are the layout's, shared: read-only for everyone, as the provider
-// contract has all resolved data.
-func (v keptVolume) files() []provider.VolumeFile {
+// files returns the volume's name, spec being the pod's volumes, and its
+// files. Paths and the data of files that are no token are the layout's,
+// shared: read-only for everyone, as the provider contract has all resolved
+// data.
+func (v keptVolume) files(spec []corev1.Volume) (string, []provider.VolumeFile) {
 	layout := v.layout.Value()
+	var name string
+	if v.index >= 0 && v.index < len(spec) {
+		name = spec[v.index].Name
+	} else {
+		name, layout = layoutString(layout)
+	}
 	var files []provider.VolumeFile
 	tokens := v.tokens
 	for len(layout) > 0 {
@@ -143,7 +157,7 @@ func (v keptVolume) files() []provider.VolumeFile {
 		}
 		files = append(files, f)
 	}
-	return files
+	return name, files
 }
 
 // layoutString reads a uvarint length and that many bytes from a layout, and
@@ -161,11 +175,15 @@ func layoutString(layout string) (s, rest string) {
 // withPod returns the resolution with the pod of rec. The environment and the
 // files not packed are shared, not copied: they are read-only for everyone.
 func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
-	rp := &provider.ResolvedPod{Pod: rec.pod(), Env: k.env, PullCredentials: k.pullCredentials}
+	rp := &provider.ResolvedPod{Pod: rec.pod(), Env: k.env}
+	if k.pullCredentials != nil {
+		rp.PullCredentials = *k.pullCredentials
+	}
 	if k.volumes != nil {
 		rp.Volumes = make(map[string]*provider.VolumeContents, len(k.volumes))
 		for _, v := range k.volumes {
-			rp.Volumes[v.name] = &provider.VolumeContents{Files: v.files()}
+			name, files := v.files(rp.Pod.Spec.Volumes)
+			rp.Volumes[name] = &provider.VolumeContents{Files: files}
 		}
 	}
 	return rp
@@ -175,7 +193,12 @@ func (k *keptResolution) withPod(rec *podRecord) *provider.ResolvedPod {
 // files not packed: they are read-only for everyone (provider contract), and its
 // pod is in the pod's record.
 func keep(rp *provider.ResolvedPod) *keptResolution {
-	return &keptResolution{env: rp.Env, volumes: keptVolumes(rp.Volumes), pullCredentials: rp.PullCredentials}
+	k := &keptResolution{env: rp.Env, volumes: keptVolumes(rp.Volumes, rp.Pod.Spec.Volumes)}
+	if rp.PullCredentials != nil {
+		creds := rp.PullCredentials
+		k.pullCredentials = &creds
+	}
+	return k
 }
 
 // Resolved returns a copy of the last resolved pod given for namespace/name, or nil.
@@ -184,7 +207,7 @@ func (p *Provider) Resolved(namespace, name string) *provider.ResolvedPod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rec := p.pods[providerutil.PodKey(namespace, name)]
-	if rec == nil || rec.resolution == nil {
+	if rec == nil || !rec.resolved {
 		return nil
 	}
 	return copyResolved(rec.resolution.withPod(rec))

@@ -103,6 +103,20 @@ func TestResolvedPodIsKeptAndShownByExec(t *testing.T) {
 	if got := p.Resolved("default", "other").Volumes["conf"].Files; len(got) != 3 || string(got[0].Data) != "v2" || got[0].Mode != 0o644 || got[2].Path != "token" || string(got[2].Data) != testToken {
 		t.Errorf("the other pod's files read back as %+v", got)
 	}
+	// A volume the spec names is kept by its index there, not by a copy of
+	// its name; one it does not (the pods above) by its name.
+	named := resolvedPod()
+	named.Pod = testPod("named", "uid-4")
+	named.Pod.Spec.Volumes = []corev1.Volume{{Name: "other"}, {Name: "conf"}}
+	if err := p.CreateResolvedPod(context.Background(), named); err != nil {
+		t.Fatal(err)
+	}
+	if v := p.pods["default/named"].resolution.volumes[0]; v.index != 1 || p.pods["default/web"].resolution.volumes[0].index != -1 {
+		t.Errorf("volume indexes %d and %d, want 1 for the spec's volume and -1 for the other", v.index, p.pods["default/web"].resolution.volumes[0].index)
+	}
+	if got := p.Resolved("default", "named").Volumes["conf"]; got == nil || len(got.Files) != 3 || string(got.Files[2].Data) != testToken {
+		t.Errorf("the named volume reads back as %+v", got)
+	}
 	out, err := exec(t, p, "cat", "/etc/conf/nope")
 	var exitErr *provider.ExecError
 	if !errors.As(err, &exitErr) || exitErr.ExitCode != 1 || out != "cat: /etc/conf/nope: No such file or directory\n" {

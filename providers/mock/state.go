@@ -164,7 +164,7 @@ func (p *Provider) load() error {
 	}
 	for uid, n := range st.CreateCounts {
 		if rec := byUID[uid]; rec != nil {
-			rec.creates = uint32(n) // the record is not shared yet
+			rec.countCreate(n - 1) // the record is not shared yet
 			continue
 		}
 		p.createCounts[uid] = n

@@ -175,8 +175,8 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	rec := p.pods[providerutil.PodKey(namespace, name)]
 	p.mu.Unlock()
 	var rp *provider.ResolvedPod
-	if rec != nil && rec.resolution != nil {
-		rp = rec.resolution.withPod(rec) // records and kept resolutions never change once stored
+	if rec != nil && rec.resolved {
+		rp = rec.resolution.withPod(rec) // records never change once stored
 	}
 	out, scripted, outErr := scriptedOutput(rp, container, cmd)
 	code := exitCode(cmd)
