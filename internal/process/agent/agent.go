@@ -21,6 +21,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/process/registry"
 	"github.com/vkubelet/vkubelet/internal/process/tracing"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/internal/version"
 	"github.com/vkubelet/vkubelet/kubeletapi"
 	"github.com/vkubelet/vkubelet/node"
@@ -143,12 +144,15 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Whether the client is a node identity (which may read its certificate from
 	// disk): the node controller and the pod watch both depend on it.
 	isNode := restCfg != nil && asNode(restCfg)
-	var nodeWatch *node.Watch
+	var (
+		nodeWatch *node.Watch
+		timer     *sharedtimer.Timer
+	)
 	if cfg.Shared != nil {
-		nodeWatch = cfg.Shared.nodes
+		nodeWatch, timer = cfg.Shared.nodes, cfg.Shared.timer
 	}
 	n.nodes, err = node.NewController(node.Config{
-		Watch:  nodeWatch,
+		Watch: nodeWatch, Timer: timer,
 		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
 		AsNode:          isNode,
 		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
