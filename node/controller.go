@@ -133,14 +133,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		},
 		DeleteFunc: func(any) { c.poke(dueNodeGone) },
 	}
-	var synced cache.InformerSynced
+	// synced is closed once the informer has synced: waited on in place, where
+	// cache.WaitForCacheSync polls from a goroutine of its own, one more per
+	// node of a NodeSet starting.
+	var synced <-chan struct{}
 	if w := c.cfg.Watch; w != nil {
 		unregister, err := w.register(c.cfg.NodeName, events)
 		if err != nil {
 			return err
 		}
 		defer unregister()
-		synced = w.informer.HasSynced
+		synced = w.informer.HasSyncedChecker().Done()
 	} else {
 		// It retries promptly while the API server is away (internal/informerutil).
 		// Its own context (a shared Watch needs none: a NodeSet's nodes do
@@ -162,7 +165,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 		}
 		run.Start(informerCtx.Done())
-		synced = informer.HasSynced
+		synced = informer.HasSyncedChecker().Done()
 	}
 
 	if c.timer == nil {
@@ -184,7 +187,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer refresh.Stop()
 
 	c.configure(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+	select {
+	case <-synced:
+	case <-ctx.Done():
 		return nil
 	}
 	for {

@@ -113,8 +113,11 @@ type Controller struct {
 	timer    *sharedtimer.Timer
 	ownTimer bool
 	// pods reads pods bound to our node from the informer's cache.
-	pods       podCache
-	podsSynced cache.InformerSynced
+	pods podCache
+	// podsSynced is closed once the pod informer has synced: waited on in
+	// place, where cache.WaitForCacheSync polls from a goroutine of its own,
+	// one more per node of a NodeSet starting.
+	podsSynced <-chan struct{}
 	// podEvents are the handlers of the node's pod events.
 	podEvents cache.ResourceEventHandler
 
@@ -236,7 +239,7 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	if cfg.Source != nil {
 		c.pods = podCache{indexer: cfg.Source.informer.GetIndexer(), node: cfg.NodeName}
-		c.podsSynced = cfg.Source.informer.HasSynced
+		c.podsSynced = cfg.Source.informer.HasSyncedChecker().Done()
 		return c, nil
 	}
 	// Without the namespace index client-go's factories give a pod informer,
@@ -255,7 +258,7 @@ func NewController(cfg Config) (*Controller, error) {
 	c.informers = &informerutil.Informers{}
 	c.informers.Add(podInformer)
 	c.pods = podCache{indexer: podInformer.GetIndexer()}
-	c.podsSynced = podInformer.HasSynced
+	c.podsSynced = podInformer.HasSyncedChecker().Done()
 	if _, err := podInformer.AddEventHandler(c.podEvents); err != nil {
 		return nil, fmt.Errorf("pod controller: adding event handler: %w", err)
 	}
@@ -297,7 +300,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer c.informers.Shutdown()
 	}
 	c.log.Info("waiting for the pod informer to sync")
-	if !cache.WaitForCacheSync(ctx.Done(), c.podsSynced) {
+	select {
+	case <-c.podsSynced:
+	case <-ctx.Done():
 		return fmt.Errorf("pod controller: informer did not sync: %w", ctx.Err())
 	}
 	if err := c.reconcileProvider(ctx); err != nil {
