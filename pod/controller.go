@@ -59,6 +59,10 @@ type Config struct {
 	// node's pods reference, shared with the other nodes of the process; nil:
 	// the node's own.
 	Caches *resolve.Caches
+	// OnReady, if set, is called once, when Ready is closed, on Run's
+	// goroutine; it must not block. For a caller that would otherwise keep a
+	// goroutine waiting on Ready.
+	OnReady func()
 	// Timer, if set, keeps the delayed adds of the node's queues (retries,
 	// grace-period checks) with those of the other nodes of the process; nil:
 	// each queue keeps its own. It must run (Timer.Run) with Clock.
@@ -154,6 +158,7 @@ type Controller struct {
 	statusWorkers int
 	pollInterval  time.Duration
 	ready         chan struct{}
+	onReady       func() // Config.OnReady
 }
 
 // NewController builds a pod controller. Nothing runs until Run.
@@ -207,6 +212,7 @@ func NewController(cfg Config) (*Controller, error) {
 		statusWorkers: cfg.StatusWorkers,
 		pollInterval:  cfg.StatusPollInterval,
 		ready:         make(chan struct{}),
+		onReady:       cfg.OnReady,
 	}
 	if n, ok := cfg.Provider.(provider.PodNotifier); ok {
 		c.notifier = n
@@ -315,6 +321,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		go c.pollStatuses(ctx)
 	}
 	close(c.ready)
+	if c.onReady != nil {
+		c.onReady()
+	}
 	c.log.Info("pod controller started", "workers", c.workers, "statusWorkers", c.statusWorkers, "notifier", c.notifier != nil)
 	<-ctx.Done()
 	return nil
