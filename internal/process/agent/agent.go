@@ -71,23 +71,28 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := checkLoopback(cfg.MetricsAddr); err != nil {
 		return nil, err
 	}
-	certCtx, stopCerts := context.WithCancel(context.Background())
+	var (
+		client      kubernetes.Interface
+		apiRequests *prometheus.CounterVec
+		restCfg     *rest.Config
+		// stopCerts ends the renewal of a client certificate of the node's
+		// own; a node on the process's shared client has none to renew, and
+		// no context for it (a NodeSet's thousand nodes would keep one each).
+		stopCerts = func() {}
+	)
 	defer func() {
 		if err != nil {
 			stopCerts()
 		}
 	}()
-	var (
-		client      kubernetes.Interface
-		apiRequests *prometheus.CounterVec
-		restCfg     *rest.Config
-	)
 	if cfg.Shared != nil {
 		if err := checkShared(cfg); err != nil {
 			return nil, err
 		}
 		client = cfg.Shared.client
 	} else {
+		certCtx, stop := context.WithCancel(context.Background())
+		stopCerts = stop
 		if restCfg, err = clientConfig(ctx, certCtx, cfg); err != nil {
 			return nil, err
 		}
