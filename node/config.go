@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
 // Config says which node to register and how to keep it alive. Zero durations,
@@ -69,6 +71,14 @@ type Config struct {
 	// Watch, if set, is the Node watch the controller shares with the other
 	// nodes of the process; nil watches its own Node.
 	Watch *Watch
+	// OnReady, if set, is called once, when Ready is closed, on Run's
+	// goroutine; it must not block. For a caller that would otherwise keep a
+	// goroutine waiting on Ready.
+	OnReady func()
+	// Timer, if set, is the timer the controller shares with the other nodes of
+	// the process for its lease renewals and status refreshes (it must run on
+	// Clock); nil runs one of its own.
+	Timer *sharedtimer.Timer
 }
 
 // withDefaults returns cfg with the zero fields filled in, or an error naming the

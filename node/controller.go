@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vkubelet/vkubelet/internal/informerutil"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -39,17 +40,17 @@ type Controller struct {
 	// otherwise the controller never writes that field.
 	declaresFeatures bool
 
-	// nodeGone is signalled (1 slot, never blocks) by the informer on our node when
-	// it is deleted or replaced, so that Run registers it again at once.
-	nodeGone chan struct{}
-	// markedNotReady is signalled (1 slot) by the informer when someone else set
-	// the node's Ready condition to other than True (the node-lifecycle controller
-	// does, when it misses leases during an outage), so that a healthy node puts
-	// its status right at once instead of at the next StatusUpdateInterval.
-	markedNotReady chan struct{}
-	// reported is signalled (1 slot) by the NotifyNodeStatus callback; the newest
-	// reported node waits in latest, guarded by latestMu.
-	reported chan struct{}
+	// timer ticks the lease renewals and status refreshes: the process's, shared
+	// by its nodes, or one Run runs for this node alone.
+	timer *sharedtimer.Timer
+	// due holds what Run has to do (the due* bits), set by the timer's ticks, the
+	// informer and the provider's callback, each of which then signals wake (1
+	// slot, never blocks): one channel in place of one per cause and a ticker
+	// each, for each of a NodeSet's thousand nodes.
+	due  atomic.Uint32
+	wake chan struct{}
+	// latest is the newest node the provider reported (dueReported), guarded by
+	// latestMu.
 	latestMu sync.Mutex
 	latest   *corev1.Node
 
@@ -91,15 +92,14 @@ func NewController(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:            cfg,
-		client:         cfg.Client,
-		clock:          cfg.Clock,
-		log:            cfg.Logger.With("node", cfg.NodeName),
-		nodeGone:       make(chan struct{}, 1),
-		markedNotReady: make(chan struct{}, 1),
-		reported:       make(chan struct{}, 1),
-		ready:          make(chan struct{}),
-		healthy:        true,
+		cfg:     cfg,
+		client:  cfg.Client,
+		clock:   cfg.Clock,
+		log:     cfg.Logger.With("node", cfg.NodeName),
+		timer:   cfg.Timer,
+		wake:    make(chan struct{}, 1),
+		ready:   make(chan struct{}),
+		healthy: true,
 	}
 	c.nodeProvider, _ = cfg.Provider.(provider.NodeProvider)
 	c.configurer, _ = cfg.Provider.(provider.NodeConfigurer)
@@ -126,21 +126,24 @@ func (c *Controller) Run(ctx context.Context) error {
 			oldNode, ok1 := oldObj.(*nodeSummary)
 			newNode, ok2 := newObj.(*nodeSummary)
 			if ok1 && ok2 && oldNode.UID != newNode.UID {
-				signal(c.nodeGone)
+				c.poke(dueNodeGone)
 			} else if ok1 && ok2 && newNode.Ready != corev1.ConditionTrue && oldNode.Ready != newNode.Ready {
-				signal(c.markedNotReady)
+				c.poke(dueMarkedNotReady)
 			}
 		},
-		DeleteFunc: func(any) { signal(c.nodeGone) },
+		DeleteFunc: func(any) { c.poke(dueNodeGone) },
 	}
-	var synced cache.InformerSynced
+	// synced is closed once the informer has synced: waited on in place, where
+	// cache.WaitForCacheSync polls from a goroutine of its own, one more per
+	// node of a NodeSet starting.
+	var synced <-chan struct{}
 	if w := c.cfg.Watch; w != nil {
 		unregister, err := w.register(c.cfg.NodeName, events)
 		if err != nil {
 			return err
 		}
 		defer unregister()
-		synced = w.informer.HasSynced
+		synced = w.informer.HasSyncedChecker().Done()
 	} else {
 		// It retries promptly while the API server is away (internal/informerutil).
 		// Its own context (a shared Watch needs none: a NodeSet's nodes do
@@ -162,16 +165,31 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("node %s: watching the node: %w", c.cfg.NodeName, err)
 		}
 		run.Start(informerCtx.Done())
-		synced = informer.HasSynced
+		synced = informer.HasSyncedChecker().Done()
 	}
 
-	renew := c.clock.NewTicker(c.cfg.RenewInterval)
+	if c.timer == nil {
+		c.timer = sharedtimer.New(c.clock)
+		timerCtx, stopTimer := context.WithCancel(ctx)
+		timerDone := make(chan struct{})
+		go func() {
+			defer close(timerDone)
+			c.timer.Run(timerCtx)
+		}()
+		defer func() {
+			stopTimer()
+			<-timerDone
+		}()
+	}
+	renew := c.timer.Every(c.cfg.RenewInterval, func() { c.poke(dueRenew) })
 	defer renew.Stop()
-	refresh := c.clock.NewTicker(c.cfg.StatusUpdateInterval)
+	refresh := c.timer.Every(c.cfg.StatusUpdateInterval, func() { c.poke(dueRefresh) })
 	defer refresh.Stop()
 
 	c.configure(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+	select {
+	case <-synced:
+	case <-ctx.Done():
 		return nil
 	}
 	for {
@@ -180,10 +198,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			break
 		}
 		c.log.Error("registering node failed; retrying", "err", err, "retryIn", c.cfg.RenewInterval)
-		select {
-		case <-ctx.Done():
+		if !c.waitFor(ctx, dueRenew) {
 			return nil
-		case <-renew.C():
 		}
 	}
 	if c.nodeProvider != nil {
@@ -192,36 +208,85 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.heartbeat(ctx)
 
 	for {
-		select {
-		case <-ctx.Done():
-			c.log.Info("node controller stopped")
-			return nil
-		case <-renew.C():
-			c.heartbeat(ctx)
-		case <-refresh.C():
-			c.syncNode(ctx)
-		case <-c.reported:
-			c.takeReportedStatus()
-			c.syncNode(ctx)
-		case <-c.markedNotReady:
-			if c.healthy {
-				c.log.Info("node was marked not Ready by someone else while healthy; writing its status")
-				c.syncNode(ctx)
+		due := c.due.Swap(0)
+		if due == 0 {
+			select {
+			case <-ctx.Done():
+				c.log.Info("node controller stopped")
+				return nil
+			case <-c.wake:
 			}
-		case <-c.nodeGone:
-			c.log.Info("node was deleted or replaced; registering it again")
-			c.syncNode(ctx)
-			if c.healthy && !c.statusDirty {
-				c.renewLease(ctx) // point the lease at the new Node at once
-			}
+			continue
 		}
+		c.handle(ctx, due)
 	}
 }
 
-// signal wakes the receiver of a 1-slot channel without ever blocking.
-func signal(ch chan struct{}) {
+// What Run has to do, as bits of Controller.due.
+const (
+	// dueRenew: a RenewInterval passed; ping the provider and renew the lease.
+	dueRenew uint32 = 1 << iota
+	// dueRefresh: a StatusUpdateInterval passed; write the status.
+	dueRefresh
+	// dueReported: the provider reported a node status (NotifyNodeStatus).
+	dueReported
+	// dueMarkedNotReady: someone else set the node's Ready condition to other
+	// than True (the node-lifecycle controller does, when it misses leases
+	// during an outage), so a healthy node puts its status right at once
+	// instead of at the next StatusUpdateInterval.
+	dueMarkedNotReady
+	// dueNodeGone: the node was deleted or replaced; register it again at once.
+	dueNodeGone
+)
+
+// poke records what is due and wakes Run; it never blocks.
+func (c *Controller) poke(what uint32) {
+	c.due.Or(what)
 	select {
-	case ch <- struct{}{}:
+	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+// waitFor waits until what is due and takes it, leaving anything else due for
+// later; false if ctx ended first.
+func (c *Controller) waitFor(ctx context.Context, what uint32) bool {
+	for c.due.And(^what)&what == 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.wake:
+		}
+	}
+	if c.due.Load() != 0 {
+		c.poke(0) // what else is due is seen by the next wait
+	}
+	return true
+}
+
+// handle does what is due: a deleted node first (registered again, with its
+// lease pointed at it), then one status write for however many causes, then
+// the heartbeat.
+func (c *Controller) handle(ctx context.Context, due uint32) {
+	if due&dueNodeGone != 0 {
+		c.log.Info("node was deleted or replaced; registering it again")
+		c.syncNode(ctx)
+		if c.healthy && !c.statusDirty {
+			c.renewLease(ctx) // point the lease at the new Node at once
+		}
+	}
+	write := due&(dueRefresh|dueReported) != 0
+	if due&dueReported != 0 {
+		c.takeReportedStatus()
+	}
+	if due&dueMarkedNotReady != 0 && c.healthy {
+		c.log.Info("node was marked not Ready by someone else while healthy; writing its status")
+		write = true
+	}
+	if write {
+		c.syncNode(ctx)
+	}
+	if due&dueRenew != 0 {
+		c.heartbeat(ctx)
 	}
 }

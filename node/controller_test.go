@@ -26,6 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
 const testNode = "vk-test"
@@ -113,7 +114,13 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 // called directly (or for Run).
 func (f *fixture) newController() *Controller {
 	f.t.Helper()
-	c, err := NewController(Config{
+	return f.newControllerWith(func(*Config) {})
+}
+
+// newControllerWith is newController with the config changed by change first.
+func (f *fixture) newControllerWith(change func(*Config)) *Controller {
+	f.t.Helper()
+	cfg := Config{
 		Client:               f.client,
 		NodeName:             testNode,
 		ProviderName:         "test",
@@ -128,7 +135,9 @@ func (f *fixture) newController() *Controller {
 		StatusUpdateInterval: time.Minute,
 		Clock:                f.clock,
 		Logger:               slog.New(slog.NewTextHandler(f.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	change(&cfg)
+	c, err := NewController(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -467,6 +476,60 @@ func TestRunRenewsLeaseEveryRenewInterval(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		f.clock.Step(10 * time.Second)
 		f.waitForAction(fmt.Sprintf("lease renewal %d", i), isLeaseUpdateAt(t0.Add(time.Duration(i)*10*time.Second)))
+	}
+}
+
+func TestNodesSharingATimerEachRenewTheirLeaseEveryRenewInterval(t *testing.T) {
+	f := newFixture(t)
+	timer := sharedtimer.New(f.clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); timer.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done }) // after the controllers' own cleanups
+	names := []string{testNode, "other-node"}
+	for _, name := range names {
+		f.run(f.newControllerWith(func(cfg *Config) { cfg.NodeName, cfg.Timer = name, timer }))
+	}
+	for i := 1; i <= 3; i++ {
+		f.clock.Step(10 * time.Second)
+		at := t0.Add(time.Duration(i) * 10 * time.Second)
+		for _, name := range names {
+			f.waitForAction(fmt.Sprintf("renewal %d of %s", i, name), func(a core.Action) bool {
+				return isLeaseUpdateAt(at)(a) && a.(core.UpdateAction).GetObject().(*coordinationv1.Lease).Name == name
+			})
+		}
+	}
+}
+
+func TestAFailedRegistrationIsRetriedAtTheNextRenewal(t *testing.T) {
+	f := newFixture(t)
+	failed := false
+	f.client.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {
+		if failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, errors.New("the API server is away")
+	})
+	c := f.newController()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f.waitForAction("the first create", func(a core.Action) bool { return a.GetVerb() == "create" })
+	select {
+	case <-c.Ready():
+		t.Fatal("ready although the node was not registered")
+	default:
+	}
+	f.clock.Step(10 * time.Second)
+	select {
+	case <-c.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready 10s after the renewal that should retry the registration")
+	}
+	if n := f.node(); n.UID == "" {
+		t.Errorf("registered node has no UID: %+v", n.ObjectMeta)
 	}
 }
 

@@ -38,7 +38,12 @@ func (c *Controller) heartbeat(ctx context.Context) {
 		c.syncNode(ctx)
 	}
 	if c.renewLease(ctx) {
-		c.readyOnce.Do(func() { close(c.ready) })
+		c.readyOnce.Do(func() {
+			close(c.ready)
+			if c.cfg.OnReady != nil {
+				c.cfg.OnReady()
+			}
+		})
 	}
 }
 

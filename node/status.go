@@ -67,7 +67,7 @@ func (c *Controller) notifyNodeStatus(n *corev1.Node) {
 	c.latestMu.Lock()
 	c.latest = n
 	c.latestMu.Unlock()
-	signal(c.reported)
+	c.poke(dueReported)
 }
 
 // takeReportedStatus folds the newest reported node, if any, into the desired status.

@@ -59,6 +59,10 @@ type Config struct {
 	// node's pods reference, shared with the other nodes of the process; nil:
 	// the node's own.
 	Caches *resolve.Caches
+	// OnReady, if set, is called once, when Ready is closed, on Run's
+	// goroutine; it must not block. For a caller that would otherwise keep a
+	// goroutine waiting on Ready.
+	OnReady func()
 	// Timer, if set, keeps the delayed adds of the node's queues (retries,
 	// grace-period checks) with those of the other nodes of the process; nil:
 	// each queue keeps its own. It must run (Timer.Run) with Clock.
@@ -113,8 +117,11 @@ type Controller struct {
 	timer    *sharedtimer.Timer
 	ownTimer bool
 	// pods reads pods bound to our node from the informer's cache.
-	pods       podCache
-	podsSynced cache.InformerSynced
+	pods podCache
+	// podsSynced is closed once the pod informer has synced: waited on in
+	// place, where cache.WaitForCacheSync polls from a goroutine of its own,
+	// one more per node of a NodeSet starting.
+	podsSynced <-chan struct{}
 	// podEvents are the handlers of the node's pod events.
 	podEvents cache.ResourceEventHandler
 
@@ -151,6 +158,7 @@ type Controller struct {
 	statusWorkers int
 	pollInterval  time.Duration
 	ready         chan struct{}
+	onReady       func() // Config.OnReady
 }
 
 // NewController builds a pod controller. Nothing runs until Run.
@@ -204,6 +212,7 @@ func NewController(cfg Config) (*Controller, error) {
 		statusWorkers: cfg.StatusWorkers,
 		pollInterval:  cfg.StatusPollInterval,
 		ready:         make(chan struct{}),
+		onReady:       cfg.OnReady,
 	}
 	if n, ok := cfg.Provider.(provider.PodNotifier); ok {
 		c.notifier = n
@@ -236,7 +245,7 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	if cfg.Source != nil {
 		c.pods = podCache{indexer: cfg.Source.informer.GetIndexer(), node: cfg.NodeName}
-		c.podsSynced = cfg.Source.informer.HasSynced
+		c.podsSynced = cfg.Source.informer.HasSyncedChecker().Done()
 		return c, nil
 	}
 	// Without the namespace index client-go's factories give a pod informer,
@@ -255,7 +264,7 @@ func NewController(cfg Config) (*Controller, error) {
 	c.informers = &informerutil.Informers{}
 	c.informers.Add(podInformer)
 	c.pods = podCache{indexer: podInformer.GetIndexer()}
-	c.podsSynced = podInformer.HasSynced
+	c.podsSynced = podInformer.HasSyncedChecker().Done()
 	if _, err := podInformer.AddEventHandler(c.podEvents); err != nil {
 		return nil, fmt.Errorf("pod controller: adding event handler: %w", err)
 	}
@@ -297,7 +306,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer c.informers.Shutdown()
 	}
 	c.log.Info("waiting for the pod informer to sync")
-	if !cache.WaitForCacheSync(ctx.Done(), c.podsSynced) {
+	select {
+	case <-c.podsSynced:
+	case <-ctx.Done():
 		return fmt.Errorf("pod controller: informer did not sync: %w", ctx.Err())
 	}
 	if err := c.reconcileProvider(ctx); err != nil {
@@ -310,6 +321,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		go c.pollStatuses(ctx)
 	}
 	close(c.ready)
+	if c.onReady != nil {
+		c.onReady()
+	}
 	c.log.Info("pod controller started", "workers", c.workers, "statusWorkers", c.statusWorkers, "notifier", c.notifier != nil)
 	<-ctx.Done()
 	return nil

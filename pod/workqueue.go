@@ -25,7 +25,10 @@ type nodeQueue struct {
 	handler func(context.Context, string) error
 	// slots holds a token per running worker, across dispatcher runs: a
 	// dispatcher started while the last one's workers still run waits for them.
-	slots chan struct{}
+	// Made (for workers) by the first dispatcher, under mu: a node that never
+	// gets a pod keeps none.
+	slots   chan struct{}
+	workers int
 
 	mu sync.Mutex
 	// q is nil until the first add.
@@ -43,7 +46,7 @@ type nodeQueue struct {
 }
 
 func (c *Controller) newNodeQueue(name string, handler func(context.Context, string) error, workers int) *nodeQueue {
-	return &nodeQueue{name: name, c: c, handler: handler, slots: make(chan struct{}, workers)}
+	return &nodeQueue{name: name, c: c, handler: handler, workers: workers}
 }
 
 // queue returns the client-go queue, built on first use; nil once shut down
@@ -127,6 +130,9 @@ func (n *nodeQueue) kick() {
 		return
 	}
 	n.dispatching = true
+	if n.slots == nil {
+		n.slots = make(chan struct{}, n.workers)
+	}
 	go n.dispatch(n.ctx, n.q)
 }
 

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/process/registry"
 	"github.com/vkubelet/vkubelet/internal/process/tracing"
+	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/internal/version"
 	"github.com/vkubelet/vkubelet/kubeletapi"
 	"github.com/vkubelet/vkubelet/node"
@@ -40,15 +42,19 @@ type Node struct {
 	log      *slog.Logger
 	// kubeletListener is bound in New so the node can advertise the real port.
 	kubeletListener net.Listener
-	// apiReady is closed once the kubelet API serves (it may wait for its certificate).
-	apiReady chan struct{}
+	// unready counts the parts not ready yet (node controller, pod
+	// controller, kubelet API, which may wait for its certificate); the last
+	// to be calls onReady, Run's ready (partReady). A startup timeout sets it
+	// below zero for good.
+	unready atomic.Int32
+	onReady func()
 	// stopTracing sends the spans still buffered; Run calls it on the way out.
 	stopTracing func(context.Context) error
 	// apiMetrics count what the kubelet API turned away.
 	apiMetrics *kubeletapi.Metrics
 	// stopCerts ends the renewal of the node's client certificate; Run calls it on
 	// the way out.
-	stopCerts context.CancelFunc
+	stopCerts func()
 }
 
 // New builds the node: it connects to the API server and constructs the provider,
@@ -65,23 +71,28 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := checkLoopback(cfg.MetricsAddr); err != nil {
 		return nil, err
 	}
-	certCtx, stopCerts := context.WithCancel(context.Background())
+	var (
+		client      kubernetes.Interface
+		apiRequests *prometheus.CounterVec
+		restCfg     *rest.Config
+		// stopCerts ends the renewal of a client certificate of the node's
+		// own; a node on the process's shared client has none to renew, and
+		// no context for it (a NodeSet's thousand nodes would keep one each).
+		stopCerts = func() {}
+	)
 	defer func() {
 		if err != nil {
 			stopCerts()
 		}
 	}()
-	var (
-		client      kubernetes.Interface
-		apiRequests *prometheus.CounterVec
-		restCfg     *rest.Config
-	)
 	if cfg.Shared != nil {
 		if err := checkShared(cfg); err != nil {
 			return nil, err
 		}
 		client = cfg.Shared.client
 	} else {
+		certCtx, stop := context.WithCancel(context.Background())
+		stopCerts = stop
 		if restCfg, err = clientConfig(ctx, certCtx, cfg); err != nil {
 			return nil, err
 		}
@@ -107,7 +118,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, client: client, provider: p,
-		log: cfg.Logger.With("node", cfg.NodeName), apiReady: make(chan struct{}), stopCerts: stopCerts}
+		log: cfg.Logger.With("node", cfg.NodeName), stopCerts: stopCerts}
+	n.unready.Store(partsOfANode)
 	var metrics *pod.Metrics
 	if cfg.Shared != nil {
 		n.gatherer, metrics, n.apiMetrics = cfg.Shared.registry, cfg.Shared.podMetrics, cfg.Shared.apiMetrics
@@ -143,18 +155,22 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Whether the client is a node identity (which may read its certificate from
 	// disk): the node controller and the pod watch both depend on it.
 	isNode := restCfg != nil && asNode(restCfg)
-	var nodeWatch *node.Watch
+	var (
+		nodeWatch *node.Watch
+		timer     *sharedtimer.Timer
+	)
 	if cfg.Shared != nil {
-		nodeWatch = cfg.Shared.nodes
+		nodeWatch, timer = cfg.Shared.nodes, cfg.Shared.timer
 	}
 	n.nodes, err = node.NewController(node.Config{
-		Watch:  nodeWatch,
+		Watch: nodeWatch, Timer: timer,
 		Client: client, NodeName: cfg.NodeName, ProviderName: cfg.Provider, DisableTaint: cfg.DisableTaint,
 		AsNode:          isNode,
 		OperatingSystem: cfg.OperatingSystem, InternalIP: cfg.InternalIP, KubeletPort: cfg.KubeletPort,
 		KubeletVersion: version.KubeletVersion(), Provider: p,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
 		Labels: cfg.NodeLabels, Taints: cfg.NodeTaints, Capacity: cfg.NodeCapacity,
+		OnReady: n.partReady,
 	})
 	if err != nil {
 		return nil, err
@@ -175,6 +191,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
 		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
+		OnReady: n.partReady,
 	}
 	if cfg.Shared != nil {
 		podCfg.Recorder, podCfg.Source, podCfg.Caches, podCfg.Timer = cfg.Shared.recorder(cfg.NodeName), cfg.Shared.pods, cfg.Shared.caches, cfg.Shared.timer
@@ -221,6 +238,7 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 	// per node for good.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	n.onReady = ready
 	var g errgroup.Group
 	goOrCancel := func(run func() error) {
 		g.Go(func() error {
@@ -259,34 +277,55 @@ func (n *Node) Run(ctx context.Context, ready func()) error {
 		g.Go(func() error { <-ctx.Done(); return srv.Close() })
 		n.log.Info("serving "+plain.what, "addr", l.Addr().String())
 	}
-	goOrCancel(func() error {
-		var timeout <-chan time.Time
-		if n.cfg.StartupTimeout > 0 {
-			t := time.NewTimer(n.cfg.StartupTimeout)
-			defer t.Stop()
-			timeout = t.C
-		}
-		for _, ch := range []<-chan struct{}{n.nodes.Ready(), n.pods.Ready(), n.apiReady} {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return nil
-			case <-timeout:
-				return fmt.Errorf("node %s not ready within the startup timeout of %s", n.cfg.NodeName, n.cfg.StartupTimeout)
+	// Readiness is counted (partReady) rather than waited on: a goroutine
+	// waiting for the three parts would be one more per node while a NodeSet
+	// starts, and the runtime keeps every goroutine's descriptor (about 500
+	// bytes) for reuse, never frees it.
+	var timedOut atomic.Bool
+	if n.cfg.StartupTimeout > 0 {
+		t := time.AfterFunc(n.cfg.StartupTimeout, func() {
+			for {
+				left := n.unready.Load()
+				if left <= 0 {
+					return
+				}
+				if n.unready.CompareAndSwap(left, -partsOfANode) { // never 0 again
+					timedOut.Store(true)
+					cancel()
+					return
+				}
 			}
+		})
+		defer t.Stop()
+	}
+	startupErr := func(err error) error {
+		if timedOut.Load() {
+			return fmt.Errorf("node %s not ready within the startup timeout of %s", n.cfg.NodeName, n.cfg.StartupTimeout)
 		}
-		n.log.Info("virtual node ready", "provider", n.cfg.Provider)
-		if ready != nil {
-			ready()
-		}
-		return nil
-	})
+		return err
+	}
 	// The pod controller runs in this goroutine rather than in one of its own
 	// while this one waits: a goroutine fewer per node.
 	if err := n.pods.Run(ctx); err != nil {
 		cancel()
 		_ = g.Wait()
-		return err
+		return startupErr(err)
 	}
-	return g.Wait()
+	return startupErr(g.Wait())
+}
+
+// partsOfANode is how many parts call partReady, once each: the node
+// controller, the pod controller and the kubelet API.
+const partsOfANode = 3
+
+// partReady is called once by each part of the node when it is ready (on
+// the part's goroutine); the last one calls Run's ready.
+func (n *Node) partReady() {
+	if n.unready.Add(-1) != 0 {
+		return
+	}
+	n.log.Info("virtual node ready", "provider", n.cfg.Provider)
+	if n.onReady != nil {
+		n.onReady()
+	}
 }

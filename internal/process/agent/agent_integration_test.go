@@ -3,12 +3,14 @@ package agent_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,6 +87,42 @@ func TestAProviderIsBuiltWithTheNodesClient(t *testing.T) {
 	})
 	if got == nil || got != n.Client() {
 		t.Errorf("the provider was built with client %v, want the node's, %v", got, n.Client())
+	}
+}
+
+// A node whose provider never answers Ping writes no lease and is never
+// ready: past its startup timeout, Run stops with that error, and ready is
+// never called.
+func TestANodeNotReadyWithinItsStartupTimeoutStops(t *testing.T) {
+	providers := registry.Builtin()
+	if err := providers.Add("never-healthy", func(_ context.Context, cfg registry.InitConfig) (provider.PodLifecycleHandler, error) {
+		p, err := mock.New(mock.Config{}, cfg.NodeName)
+		if err == nil {
+			p.SetPingError(errors.New("back end unreachable"))
+		}
+		return p, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := nodetest.MockConfig(t, "vk-startup-timeout", mock.Config{})
+	cfg.Provider, cfg.ProviderConfig, cfg.Providers = "never-healthy", "", providers
+	cfg.StartupTimeout = 3 * time.Second
+	n, err := agent.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var readyCalls atomic.Int32
+	err = n.Run(ctx, func() { readyCalls.Add(1) })
+	if err == nil || !strings.Contains(err.Error(), "not ready within the startup timeout of 3s") {
+		t.Errorf("Run returned %v, want the startup timeout's error", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("Run returned only when the test's own deadline passed")
+	}
+	if got := readyCalls.Load(); got != 0 {
+		t.Errorf("ready called %d times for a node that was never ready", got)
 	}
 }
 

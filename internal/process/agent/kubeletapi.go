@@ -71,7 +71,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	close(n.apiReady)
+	n.partReady()
 	if n.cfg.Shared != nil {
 		return n.cfg.Shared.port.Serve(ctx, srv, n.kubeletListener, tlsCfg)
 	}

@@ -223,8 +223,6 @@ func (f *Fleet) Apply(ctx context.Context, nodes []nodeconfig.Node) (started, st
 func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 	ctx, cancel := context.WithCancel(ctx)
 	m := &member{spec: n, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
-	cfg := f.NodeConfig(n)
-	log := f.log(n.Name)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -233,6 +231,10 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 		backoff := wait.Backoff{Duration: f.cfg.RestartBackoff, Factor: 2, Cap: time.Minute, Steps: 1 << 30}
 		for {
 			ready := func() { once.Do(func() { close(m.ready) }) }
+			// Made again at each start rather than kept: the node's agent
+			// keeps its own copy, and a NodeSet's thousand running nodes
+			// would keep a second one each for their restarts.
+			cfg := f.NodeConfig(m.spec)
 			var err error
 			switch {
 			case f.spread != nil:
@@ -249,7 +251,7 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 				continue // standing by again at once
 			}
 			delay := backoff.Step()
-			log.Error("node stopped; starting it again", "error", err, "in", delay)
+			f.log(m.spec.Name).Error("node stopped; starting it again", "error", err, "in", delay)
 			select {
 			case <-ctx.Done():
 				return

@@ -1,10 +1,13 @@
-// Package sharedtimer fires the delayed adds of many work queues from one
-// goroutine and one heap. client-go's delaying queue gives every queue a
-// goroutine and an 8 KiB channel of its own; a process with a thousand virtual
-// nodes has three thousand pod queues, nearly all idle, and would keep 24 MiB and
-// three thousand goroutines for retries and grace-period checks that rarely come.
-// A Timer's queues are shrinking's (which give back a burst's room once empty,
-// where client-go's keep it), with AddAfter kept by the Timer.
+// Package sharedtimer is the timer of a process's many nodes: it fires the
+// delayed adds of many work queues, and the periodic ticks of many nodes' work
+// (Every), from one goroutine and one heap. client-go's delaying queue gives
+// every queue a goroutine and an 8 KiB channel of its own; a process with a
+// thousand virtual nodes has three thousand pod queues, nearly all idle, and
+// would keep 24 MiB and three thousand goroutines for retries and grace-period
+// checks that rarely come. A Timer's queues are shrinking's (which give back a
+// burst's room once empty, where client-go's keep it), with AddAfter kept by
+// the Timer. A tick (a node's Lease renewal, its status refresh) is an entry of
+// the heap, where a time.Ticker is a runtime timer and a channel per node.
 package sharedtimer
 
 import (
@@ -68,20 +71,83 @@ func (t *Timer) NotifyingQueue(cfg workqueue.TypedQueueConfig[string], added fun
 	return &queue{TypedInterface: base, timer: t, added: added}
 }
 
-// Run adds the items whose time has come to their queues until ctx ends.
+// Every calls tick every period from now on, from Run's goroutine, until the
+// returned Ticker is stopped. tick must not block: it tells its owner, which
+// does the work elsewhere. As with a time.Ticker, ticks missed while Run was
+// late (or a fake clock jumped) are not made up: the next one comes at the next
+// multiple of period after the late one.
+func (t *Timer) Every(period time.Duration, tick func()) *Ticker {
+	if period <= 0 {
+		panic("sharedtimer: Every needs a positive period")
+	}
+	k := &Ticker{timer: t}
+	k.entry = pending{tick: tick, period: period, at: t.clock.Now().Add(period)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	heap.Push(&t.pending, &k.entry)
+	if t.pending[0] == &k.entry {
+		t.signal()
+	}
+	return k
+}
+
+// Ticker is a periodic entry of a Timer (Every).
+type Ticker struct {
+	timer *Timer
+	entry pending
+}
+
+// Stop ends the ticks. A tick already being delivered may still arrive after
+// Stop returns.
+func (k *Ticker) Stop() {
+	t := k.timer
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k.entry.index >= 0 {
+		heap.Remove(&t.pending, k.entry.index)
+		k.entry.index = -1
+	}
+}
+
+// signal wakes Run, which waits for the wrong time when the earliest entry
+// changed; called with t.mu held.
+func (t *Timer) signal() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run adds the items whose time has come to their queues, and calls the ticks
+// that are due, until ctx ends.
 func (t *Timer) Run(ctx context.Context) {
 	for {
 		due, next := t.takeDue()
 		for _, p := range due {
-			p.q.Add(p.item)
+			if p.tick != nil {
+				p.tick()
+			} else {
+				p.q.Add(p.item)
+			}
 		}
 		var (
 			fire  <-chan time.Time
 			timer clock.Timer
 		)
-		if next > 0 {
-			timer = t.clock.NewTimer(next)
+		if !next.IsZero() {
+			wait := next.Sub(t.clock.Now())
+			if wait <= 0 {
+				continue
+			}
+			timer = t.clock.NewTimer(wait)
 			fire = timer.C()
+			if !t.clock.Now().Before(next) {
+				// The clock reached the entry while the timer was being
+				// made (a fake clock stepped meanwhile): the timer, counting
+				// from after the step, would fire a whole wait late.
+				timer.Stop()
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -97,16 +163,24 @@ func (t *Timer) Run(ctx context.Context) {
 	}
 }
 
-// takeDue removes the items whose time has come and returns them, with the wait
-// until the next one (0: none pending).
-func (t *Timer) takeDue() (due []*pending, next time.Duration) {
+// takeDue removes the items whose time has come and returns them, and the
+// ticks that are due, with the time of the next entry (zero: none pending).
+func (t *Timer) takeDue() (due []*pending, next time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.clock.Now()
 	for len(t.pending) > 0 {
 		p := t.pending[0]
-		if wait := p.at.Sub(now); wait > 0 {
-			return due, wait
+		if p.at.After(now) {
+			return due, p.at
+		}
+		if p.tick != nil {
+			// The next multiple of the period after now, as a runtime
+			// ticker's: missed ticks are not made up.
+			p.at = p.at.Add(p.period * (1 + now.Sub(p.at)/p.period))
+			heap.Fix(&t.pending, 0)
+			due = append(due, p)
+			continue
 		}
 		heap.Pop(&t.pending)
 		delete(p.q.waiting, p.item)
@@ -115,7 +189,7 @@ func (t *Timer) takeDue() (due []*pending, next time.Duration) {
 		}
 		due = append(due, p)
 	}
-	return due, 0
+	return due, time.Time{}
 }
 
 // queue is one work queue whose delayed adds its Timer keeps.
@@ -164,19 +238,19 @@ func (q *queue) AddAfter(item string, d time.Duration) {
 		q.waiting[item] = p
 	}
 	if t.pending[0].q == q && t.pending[0].item == item {
-		select { // the earliest changed: Run waits for the wrong time
-		case t.wake <- struct{}{}:
-		default:
-		}
+		t.signal()
 	}
 }
 
-// pending is an item waiting for its time.
+// pending is an item waiting for its time, or a Ticker's next tick (tick set).
 type pending struct {
-	q     *queue
-	item  string
-	at    time.Time
-	index int // in the heap
+	q    *queue
+	item string
+	// tick and period are a Ticker's: tick is called each period.
+	tick   func()
+	period time.Duration
+	at     time.Time
+	index  int // in the heap; -1 once a Ticker is stopped
 }
 
 // pendingHeap orders pending items by time, earliest first.

@@ -77,3 +77,132 @@ func TestDelayedItemsOfSeveralQueuesArriveInTimeFromOneTimer(t *testing.T) {
 		t.Errorf("%d items pending after every one arrived and the other queue shut down, want 0", left)
 	}
 }
+
+// runTimer runs a Timer on clk until the test ends.
+func runTimer(t *testing.T, clk *clocktesting.FakeClock) *Timer {
+	t.Helper()
+	timer := New(clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); timer.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return timer
+}
+
+// ticks records when (by clk) each tick came; the tick itself never blocks.
+func ticks(clk *clocktesting.FakeClock) (chan time.Time, func()) {
+	ch := make(chan time.Time, 16)
+	return ch, func() {
+		select {
+		case ch <- clk.Now():
+		default:
+		}
+	}
+}
+
+// step waits for the timer to wait on the clock, then moves the clock by d.
+func step(t *testing.T, clk *clocktesting.FakeClock, d time.Duration) {
+	t.Helper()
+	eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		return clk.HasWaiters(), "the timer waits for nothing"
+	})
+	clk.Step(d)
+}
+
+// expectTick checks that the next tick on ch came at at, and expectNoTick that
+// none is waiting.
+func expectTick(t *testing.T, ch chan time.Time, at time.Time) {
+	t.Helper()
+	if got := eventually.Receive(t, ch, 5*time.Second, "a tick"); !got.Equal(at) {
+		t.Fatalf("tick at %s, want %s", got.Sub(t0), at.Sub(t0))
+	}
+}
+
+func expectNoTick(t *testing.T, ch chan time.Time) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		t.Fatalf("tick at %s, want none", got.Sub(t0))
+	default:
+	}
+}
+
+var t0 = time.Unix(1000, 0)
+
+func TestTickersOfSeveralPeriodsTickFromOneTimer(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	timer := runTimer(t, clk)
+	renew, renewTick := ticks(clk)
+	refresh, refreshTick := ticks(clk)
+	timer.Every(10*time.Second, renewTick)
+	timer.Every(25*time.Second, refreshTick)
+	for i := 1; i <= 5; i++ {
+		step(t, clk, 10*time.Second)
+		expectTick(t, renew, t0.Add(time.Duration(i)*10*time.Second))
+		if i == 3 { // due at 25 s, seen at 30 s
+			expectTick(t, refresh, t0.Add(30*time.Second))
+		}
+		// 50 s: on the period's own beat (25 s, 50 s), not 25 s after the late tick.
+		if i == 5 {
+			expectTick(t, refresh, t0.Add(50*time.Second))
+		}
+		expectNoTick(t, refresh)
+	}
+}
+
+func TestMissedTicksAreNotMadeUp(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	timer := runTimer(t, clk)
+	ch, tick := ticks(clk)
+	timer.Every(10*time.Second, tick)
+	step(t, clk, 35*time.Second) // 10, 20 and 30 s passed: one tick
+	expectTick(t, ch, t0.Add(35*time.Second))
+	step(t, clk, 5*time.Second) // the next at 40 s, the period's beat
+	expectTick(t, ch, t0.Add(40*time.Second))
+	expectNoTick(t, ch)
+}
+
+func TestAStoppedTickerTicksNoMore(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	timer := runTimer(t, clk)
+	stopped, stoppedTick := ticks(clk)
+	kept, keptTick := ticks(clk)
+	k := timer.Every(10*time.Second, stoppedTick)
+	timer.Every(10*time.Second, keptTick)
+	step(t, clk, 10*time.Second)
+	expectTick(t, stopped, t0.Add(10*time.Second))
+	expectTick(t, kept, t0.Add(10*time.Second))
+	k.Stop()
+	k.Stop() // twice is fine
+	step(t, clk, 10*time.Second)
+	expectTick(t, kept, t0.Add(20*time.Second)) // the timer ran past the stopped ticker's time
+	expectNoTick(t, stopped)
+	timer.mu.Lock()
+	left := len(timer.pending)
+	timer.mu.Unlock()
+	if left != 1 {
+		t.Errorf("%d entries pending, want the running ticker's alone", left)
+	}
+}
+
+func TestATickerSoonerThanEverythingWakesTheTimer(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	timer := runTimer(t, clk)
+	q := timer.Queue(workqueue.TypedQueueConfig[string]{})
+	q.AddAfter("in-an-hour", time.Hour)
+	eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		return clk.HasWaiters(), "the timer waits for nothing"
+	})
+	ch, tick := ticks(clk)
+	timer.Every(time.Second, tick)
+	// The timer waited for the hour: once it took the news in, it reads the
+	// clock before it waits again, whichever timer it was on at the step.
+	eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		return len(timer.wake) == 0, "the timer has not taken the ticker in"
+	})
+	clk.Step(time.Second)
+	expectTick(t, ch, t0.Add(time.Second))
+	if q.Len() != 0 {
+		t.Errorf("the queue holds %d items an hour early", q.Len())
+	}
+}
