@@ -15,8 +15,11 @@ type podIndex map[string]map[string]*podRefs
 // get returns the pod of key (namespace/name), or nil.
 func (x podIndex) get(key string) *podRefs {
 	ns, name, _ := strings.Cut(key, "/")
-	return x[ns][name]
+	return x.of(ns, name)
 }
+
+// of returns the pod namespace/name, or nil.
+func (x podIndex) of(namespace, name string) *podRefs { return x[namespace][name] }
 
 // put sets the pod namespace/name to p.
 func (x podIndex) put(namespace, name string, p *podRefs) {

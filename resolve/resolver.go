@@ -260,7 +260,7 @@ func (r *Resolver) Release(podKey string) {
 	if p == nil {
 		return
 	}
-	r.setObjectsLocked(podKey, p, nil)
+	r.setObjectsLocked(p, nil)
 	for _, k := range storesFor(namespaceOf(podKey)) {
 		r.unrefStoreLocked(k)
 	}
@@ -268,8 +268,7 @@ func (r *Resolver) Release(podKey string) {
 }
 
 func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*provider.ResolvedPod, error) {
-	key := pod.Namespace + "/" + pod.Name
-	stores, err := r.acquire(ctx, key, pod)
+	stores, err := r.acquire(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
@@ -277,9 +276,9 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 	rp, notes, err := resolvePod(pod, src, what)
 
 	r.mu.Lock()
-	p := r.pods.get(key)
+	p := r.pods.of(pod.Namespace, pod.Name)
 	if p != nil {
-		r.setObjectsLocked(key, p, src.touched)
+		r.setObjectsLocked(p, src.touched)
 	}
 	// The pod holds its own references now; the resolution's go.
 	for k := range src.held {
@@ -302,20 +301,20 @@ func (r *Resolver) resolve(ctx context.Context, pod *corev1.Pod, what parts) (*p
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pod %s: %w", key, err)
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return rp, nil
 }
 
 // acquire makes sure the caches the pod needs run and have synced, and counts the
 // pod as one of their users.
-func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (map[storeKey]*store, error) {
+func (r *Resolver) acquire(ctx context.Context, pod *corev1.Pod) (map[storeKey]*store, error) {
 	needed := storesFor(pod.Namespace)
 	r.mu.Lock()
-	p := r.pods.get(key)
+	p := r.pods.of(pod.Namespace, pod.Name)
 	if p != nil && p.uid != pod.UID {
 		// Another incarnation of the name: it starts afresh.
-		r.setObjectsLocked(key, p, nil)
+		r.setObjectsLocked(p, nil)
 		for _, k := range needed {
 			r.unrefStoreLocked(k)
 		}
@@ -344,9 +343,9 @@ func (r *Resolver) acquire(ctx context.Context, key string, pod *corev1.Pod) (ma
 	return stores, nil
 }
 
-// setObjectsLocked replaces the objects pod key references, and with them its
+// setObjectsLocked replaces the objects pod p references, and with them its
 // references to the caches of single ConfigMaps and Secrets.
-func (r *Resolver) setObjectsLocked(key string, p *podRefs, objects []objectKey) {
+func (r *Resolver) setObjectsLocked(p *podRefs, objects []objectKey) {
 	objects = uniqueObjects(objects)
 	// Most pods of a node reference the same objects (kube-root-ca.crt): they
 	// share one list, never changed once set, rather than keep one each.

@@ -549,7 +549,7 @@ func TestObjectChangedNamesThePodsThatReferenceTheObject(t *testing.T) {
 			ns, name, _ := strings.Cut(key, "/")
 			f.r.pods.put(ns, name, p)
 		}
-		f.r.setObjectsLocked(key, p, objects)
+		f.r.setObjectsLocked(p, objects)
 	}
 	// p1 and p2 share one list (set one after the other), p3 has a list of its
 	// own, p4 another, p5 none.

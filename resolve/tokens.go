@@ -113,9 +113,8 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	}
 	request := unique.Make(tokenRequest{serviceAccount: sa, audience: audience, expirationSeconds: exp})
 	now := r.clock.Now()
-	key := pod.Namespace + "/" + pod.Name
 	r.mu.Lock()
-	if p := r.pods.get(key); p != nil && p.uid == pod.UID {
+	if p := r.pods.of(pod.Namespace, pod.Name); p != nil && p.uid == pod.UID {
 		for t := range p.tokens.all() {
 			if t.request == request && now.Before(t.refreshAt.Time()) {
 				packed := t.token
@@ -151,7 +150,7 @@ func (r *Resolver) token(ctx context.Context, pod *corev1.Pod, audience string, 
 	entry := podToken{request: request, token: tokenpack.Pack(tok),
 		eligibleAt: unixtime.Of(eligible), refreshAt: unixtime.Of(due), period: period}
 	r.mu.Lock()
-	if p := r.pods.get(key); p != nil && p.uid == pod.UID {
+	if p := r.pods.of(pod.Namespace, pod.Name); p != nil && p.uid == pod.UID {
 		p.tokens.put(entry)
 	}
 	r.mu.Unlock()
