@@ -325,7 +325,9 @@ func (n *Node) partReady() {
 		return
 	}
 	n.log.Info("virtual node ready", "provider", n.cfg.Provider)
-	if n.onReady != nil {
-		n.onReady()
+	// Called once and let go: what it holds is its caller's to free.
+	if ready := n.onReady; ready != nil {
+		n.onReady = nil
+		ready()
 	}
 }

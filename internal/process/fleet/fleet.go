@@ -119,6 +119,7 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	cfg.Run = newPacer(startSlots, cfg.Clock).pace(cfg.Run)
 	if cfg.LeaderElection != nil {
 		le := *cfg.LeaderElection
 		if err := checkLeaderElection(&le); err != nil {
