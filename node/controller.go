@@ -65,9 +65,10 @@ type Controller struct {
 
 	// desired is the node we register: the config's defaults, the provider's
 	// ConfigureNode, and the status it reported since. It is kept protobuf-
-	// encoded (desiredCopy, setDesired): it is read only when the Node is
-	// written, and a decoded Node is some 3 KiB of maps and structs that each of
-	// a NodeSet's thousand nodes would hold for good.
+	// encoded (desiredCopy, setDesired), and packed for a node that shares a
+	// Watch (desiredpack.go): it is read only when the Node is written, and a
+	// decoded Node is some 3 KiB of maps and structs that each of a NodeSet's
+	// thousand nodes would hold for good.
 	desired []byte
 	// written is the status we last wrote, to remove resources no longer reported.
 	written writtenResources

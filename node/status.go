@@ -40,19 +40,29 @@ func (c *Controller) configure(ctx context.Context) {
 // desiredCopy decodes the desired node; the result is the caller's.
 func (c *Controller) desiredCopy() *corev1.Node {
 	n := &corev1.Node{}
-	if err := n.Unmarshal(c.desired); err != nil {
+	var err error
+	if c.cfg.Watch != nil {
+		err = unpackDesired(c.desired, n)
+	} else {
+		err = n.Unmarshal(c.desired)
+	}
+	if err != nil {
 		// setDesired encoded these bytes: failing to read them back is a bug.
 		panic(fmt.Sprintf("node %s: decoding the desired node: %v", c.cfg.NodeName, err))
 	}
 	return n
 }
 
-// setDesired keeps n, encoded, as the desired node.
+// setDesired keeps n, encoded, as the desired node; packed if the controller
+// shares a Watch with others (desiredpack.go).
 func (c *Controller) setDesired(n *corev1.Node) {
 	raw, err := n.Marshal()
 	if err != nil {
 		// A Node built from the config and the provider's reports always encodes.
 		panic(fmt.Sprintf("node %s: encoding the desired node: %v", c.cfg.NodeName, err))
+	}
+	if c.cfg.Watch != nil {
+		raw = packDesired(raw)
 	}
 	c.desired = raw
 }
