@@ -51,7 +51,7 @@ func servedAt(t *testing.T, cfg Config) (string, *Server) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = s.Serve(ctx, l, &tls.Config{Certificates: []tls.Certificate{cert}})
+		_ = s.Serve(ctx, l, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return l.Addr().String(), s
@@ -189,7 +189,7 @@ func TestEveryPathRefusesAnonymousUnauthorizedAndPlainHTTP(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, l, &tls.Config{Certificates: []tls.Certificate{cert}}) }()
+	go func() { defer close(done); _ = s.Serve(ctx, l, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }) }()
 	defer func() { cancel(); <-done }()
 	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	plainClient := &http.Client{}

@@ -24,11 +24,14 @@ type Port struct {
 	srv   *http.Server
 	conns chan *nodeConn
 	// closed is closed once Run has ended: no connection is handed over after
-	// it, and the nodes' sockets close (stopped is cancelled with it).
+	// it, and the nodes' sockets close.
 	closed    chan struct{}
 	closeOnce sync.Once
-	stopped   context.Context
-	stop      context.CancelFunc
+	// sockets are the nodes' sockets, closed with the port: listed here
+	// rather than each watching closed with a context.AfterFunc, some 150
+	// bytes a node more. nil once the port is closed.
+	mu      sync.Mutex
+	sockets map[net.Listener]struct{}
 }
 
 // PortConfig holds the limits that apply to every connection of a Port; zero
@@ -48,8 +51,7 @@ func NewPort(cfg PortConfig) *Port {
 	cfg.ReadHeaderTimeout = orDefault(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, DefaultIdleTimeout)
 	cfg.MaxHeaderBytes = orDefault(cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
-	p := &Port{cfg: cfg, conns: make(chan *nodeConn), closed: make(chan struct{})}
-	p.stopped, p.stop = context.WithCancel(context.Background())
+	p := &Port{cfg: cfg, conns: make(chan *nodeConn), closed: make(chan struct{}), sockets: map[net.Listener]struct{}{}}
 	// No ReadTimeout or WriteTimeout: they would cut logs -f and the exec,
 	// attach and port-forward streams, which have their own idle timeout
 	// (StreamIdleTimeout). ReadHeaderTimeout also bounds the TLS handshake.
@@ -57,12 +59,22 @@ func NewPort(cfg PortConfig) *Port {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			serverOf(r.Context()).handler.ServeHTTP(w, r)
 		}),
-		TLSConfig: &tls.Config{GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if nc, ok := hello.Conn.(*nodeConn); ok {
-				return nc.node.tls, nil
-			}
-			return nil, errors.New("a connection that came through no node's socket")
-		}},
+		// One configuration for every node, with each connection's node's
+		// certificate: a tls.Config is some 500 bytes, kept for good for each
+		// of a NodeSet's thousand nodes when it was one each. Client
+		// certificates are requested but not required, as the kubelet's, since
+		// a bearer token authenticates a client too.
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"},
+			ClientAuth: tls.RequestClientCert,
+			GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+				if nc, ok := hello.Conn.(*nodeConn); ok {
+					return nc.node.cert(hello)
+				}
+				return nil, errors.New("a connection that came through no node's socket")
+			},
+		},
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if tc, ok := c.(*tls.Conn); ok {
 				if nc, ok := tc.NetConn().(*nodeConn); ok {
@@ -101,26 +113,55 @@ func (p *Port) Run(ctx context.Context) error {
 	}
 }
 
-// close tells the nodes' sockets that the port serves no more.
+// close tells the nodes' sockets that the port serves no more, and closes them.
 func (p *Port) close() {
-	p.closeOnce.Do(func() { close(p.closed) })
-	p.stop()
+	p.closeOnce.Do(func() {
+		close(p.closed)
+		p.mu.Lock()
+		sockets := p.sockets
+		p.sockets = nil
+		p.mu.Unlock()
+		for l := range sockets {
+			_ = l.Close()
+		}
+	})
 }
 
-// Serve accepts s's connections on l and has the port serve them with
-// tlsConfig (client certificates requested but not required, so bearer tokens
-// work too), until ctx ends; then it closes l and s's connections, streams
-// included. s's limits on connections (MaxConnsPerClient, MaxConns) apply to
-// l alone.
-func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, tlsConfig *tls.Config) error {
-	tlsConfig = tlsConfig.Clone()
-	if tlsConfig.ClientAuth == tls.NoClientCert {
-		tlsConfig.ClientAuth = tls.RequestClientCert
+// track lists l among the sockets closed with the port; false if the port is
+// closed already.
+func (p *Port) track(l net.Listener) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sockets == nil {
+		return false
 	}
-	if len(tlsConfig.NextProtos) == 0 {
-		tlsConfig.NextProtos = []string{"h2", "http/1.1"}
+	p.sockets[l] = struct{}{}
+	return true
+}
+
+// untrack takes l off the list.
+func (p *Port) untrack(l net.Listener) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.sockets, l)
+}
+
+// stopped reports whether the port is closed.
+func (p *Port) stopped() bool {
+	select {
+	case <-p.closed:
+		return true
+	default:
+		return false
 	}
-	ep := &endpoint{server: s, tls: tlsConfig, open: map[*nodeConn]struct{}{}}
+}
+
+// Serve accepts s's connections on l and has the port serve them, presenting
+// cert's certificate, until ctx ends; then it closes l and s's connections,
+// streams included. s's limits on connections (MaxConnsPerClient, MaxConns)
+// apply to l alone.
+func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, cert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
+	ep := &endpoint{server: s, cert: cert, open: map[*nodeConn]struct{}{}}
 	limited := newLimitListener(l, s.cfg.MaxConnsPerClient, s.cfg.MaxConns, func(remote string) {
 		s.cfg.Metrics.refusedConns.Inc()
 		s.log.Debug("connection refused: too many open", "remote", remote)
@@ -128,7 +169,11 @@ func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, tlsConfig *
 	// Closing the socket ends Accept below; no goroutine waits for it.
 	closeSocket := func() { _ = l.Close() }
 	defer context.AfterFunc(ctx, closeSocket)()
-	defer context.AfterFunc(p.stopped, closeSocket)()
+	if !p.track(l) {
+		_ = l.Close()
+		return errors.New("kubelet API: the port serving the node stopped")
+	}
+	defer p.untrack(l)
 	defer ep.closeAll()
 	s.log.Info("serving the kubelet API", "addr", l.Addr().String())
 	var backoff time.Duration
@@ -138,7 +183,7 @@ func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, tlsConfig *
 			if ctx.Err() != nil {
 				return nil
 			}
-			if p.stopped.Err() != nil {
+			if p.stopped() {
 				return errors.New("kubelet API: the port serving the node stopped")
 			}
 			if errors.Is(err, net.ErrClosed) {
@@ -169,11 +214,11 @@ func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, tlsConfig *
 	}
 }
 
-// endpoint is one node's part of a port: its Server, TLS configuration and
-// open connections.
+// endpoint is one node's part of a port: its Server, certificate and open
+// connections.
 type endpoint struct {
 	server *Server
-	tls    *tls.Config
+	cert   func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
 	mu   sync.Mutex
 	open map[*nodeConn]struct{}

@@ -40,7 +40,7 @@ func serveOnPort(t *testing.T, p *Port, name string, pods ...string) portNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsCfg, err := servingcert.TLSConfig(context.Background(), servingcert.Config{SelfSigned: true, NodeName: name, DNSNames: []string{name},
+	cert, err := servingcert.Source(context.Background(), servingcert.Config{SelfSigned: true, NodeName: name, DNSNames: []string{name},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func serveOnPort(t *testing.T, p *Port, name string, pods ...string) portNode {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := portNode{addr: l.Addr().String(), stop: cancel, done: make(chan error, 1)}
-	go func() { n.done <- p.Serve(ctx, s, l, tlsCfg) }()
+	go func() { n.done <- p.Serve(ctx, s, l, cert) }()
 	t.Cleanup(cancel)
 	return n
 }

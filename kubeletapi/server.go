@@ -117,16 +117,17 @@ func orDefault[T time.Duration | int](v, def T) T {
 // Handler is the authenticated, authorized API.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Serve serves HTTPS on l with tlsConfig until ctx ends, on a Port of its own.
-// Client certificates are requested but not required, so bearer tokens work too.
-func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config) error {
+// Serve serves HTTPS on l, presenting cert's certificate, until ctx ends, on a
+// Port of its own. Client certificates are requested but not required, so
+// bearer tokens work too.
+func (s *Server) Serve(ctx context.Context, l net.Listener, cert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
 	p := NewPort(PortConfig{ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
 		MaxHeaderBytes: s.cfg.MaxHeaderBytes, Logger: s.cfg.Logger})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	err := p.Serve(ctx, s, l, tlsConfig)
+	err := p.Serve(ctx, s, l, cert)
 	cancel()
 	if runErr := <-done; err == nil {
 		err = runErr

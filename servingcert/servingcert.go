@@ -25,6 +25,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -57,10 +58,16 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
-// TLSConfig returns a server TLS configuration that always presents the current
-// certificate. On the CSR path it returns once the first certificate is issued; the
-// manager keeps renewing it until ctx ends.
-func TLSConfig(ctx context.Context, cfg Config) (*tls.Config, error) {
+// GetCertificate hands out a node's current serving certificate, as a
+// tls.Config's GetCertificate does.
+type GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+
+// Source returns what hands out the node's current serving certificate. On the
+// CSR path it returns once the first certificate is issued; the manager keeps
+// renewing it until ctx ends. A process serving many nodes' kubelet APIs on one
+// kubeletapi.Port keeps this alone of each node, and one TLS configuration
+// (a tls.Config is some 500 bytes) for all.
+func Source(ctx context.Context, cfg Config) (GetCertificate, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -70,20 +77,25 @@ func TLSConfig(ctx context.Context, cfg Config) (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loading serving certificate: %w", err)
 		}
-		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+		return fixed(&cert), nil
 	case cfg.SelfSigned:
 		cert, err := selfSigned(cfg.NodeName, cfg.IPs, cfg.DNSNames)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Logger.Warn("serving the kubelet API with a self-signed certificate; the API server cannot verify it")
-		return &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, nil
+		return fixed(cert), nil
 	default:
 		return fromCSR(ctx, cfg)
 	}
 }
 
-func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
+// fixed hands out cert, always.
+func fixed(cert *tls.Certificate) GetCertificate {
+	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil }
+}
+
+func fromCSR(ctx context.Context, cfg Config) (GetCertificate, error) {
 	if cfg.Client == nil || cfg.NodeName == "" || cfg.Dir == "" {
 		return nil, errors.New("serving certificate by CSR: Client, NodeName and Dir are required")
 	}
@@ -141,25 +153,30 @@ func fromCSR(ctx context.Context, cfg Config) (*tls.Config, error) {
 		}
 	}
 	cfg.Logger.Info("serving certificate issued by the cluster", "node", cfg.NodeName)
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if c := m.Current(); c != nil {
-				return c, nil
-			}
-			return nil, errors.New("no serving certificate")
-		},
+	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if c := m.Current(); c != nil {
+			return c, nil
+		}
+		return nil, errors.New("no serving certificate")
 	}, nil
 }
 
-// selfSigned makes a self-signed certificate for name, ips and dns, with an
-// ECDSA P-256 key: made in microseconds where an RSA key takes tens of
-// milliseconds, and a few hundred bytes to keep, which counts when a process
-// runs a thousand nodes. Nothing verifies it (the API server does not check
+// selfSignedKey is the key of every self-signed certificate of the process:
+// ECDSA P-256, made in microseconds where an RSA key takes tens of
+// milliseconds. The nodes of a process share it. Nothing can verify a
+// self-signed certificate, so a key of each node's own would protect nothing
+// more, and with the form crypto/ecdsa precomputes for signing a key is some
+// 600 bytes kept for good, for each of a NodeSet's thousand nodes.
+var selfSignedKey = sync.OnceValues(func() (*ecdsa.PrivateKey, error) {
+	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+})
+
+// selfSigned makes a self-signed certificate for name, ips and dns, with the
+// process's selfSignedKey. Nothing verifies it (the API server does not check
 // kubelet certificates unless given a CA), so it carries no CA of its own; it
 // is valid for a year, as client-go's self-signed certificates are.
 func selfSigned(name string, ips []net.IP, dns []string) (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := selfSignedKey()
 	if err != nil {
 		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
 	}

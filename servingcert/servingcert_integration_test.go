@@ -67,14 +67,14 @@ func TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity(t *testing.T) {
 		_ = c.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), foreign.Name, metav1.DeleteOptions{})
 	})
 
-	tlsCfg, err := servingcert.TLSConfig(ctx, servingcert.Config{
+	get, err := servingcert.Source(ctx, servingcert.Config{
 		NodeName: node, IPs: ips, DNSNames: []string{node}, Client: c, Dir: t.TempDir(),
 		AutoApprove: true, WaitTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cert, err := tlsCfg.GetCertificate(nil); err != nil || cert == nil {
+	if cert, err := get(nil); err != nil || cert == nil {
 		t.Fatalf("no serving certificate: %v", err)
 	}
 	// The node is done with its own request; the other one is still pending.

@@ -15,11 +15,15 @@ import (
 )
 
 func TestSelfSignedCoversTheNodeAddresses(t *testing.T) {
-	cfg, err := TLSConfig(context.Background(), Config{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
+	get, err := Source(context.Background(), Config{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	cert, err := get(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +40,7 @@ func TestSelfSignedCoversTheNodeAddresses(t *testing.T) {
 	server, client := net.Pipe()
 	defer server.Close()
 	defer client.Close()
-	go func() { _ = tls.Server(server, cfg).Handshake() }()
+	go func() { _ = tls.Server(server, &tls.Config{GetCertificate: get}).Handshake() }()
 	if err := tls.Client(client, &tls.Config{RootCAs: roots, ServerName: "vk"}).Handshake(); err != nil {
 		t.Fatalf("handshake with the self-signed certificate: %v", err)
 	}

@@ -48,7 +48,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 			return err
 		}
 	}
-	tlsCfg, err := servingcert.TLSConfig(ctx, servingcert.Config{
+	cert, err := servingcert.Source(ctx, servingcert.Config{
 		CertFile: n.cfg.ServingCertFile, KeyFile: n.cfg.ServingKeyFile, SelfSigned: n.cfg.SelfSignedServingCert,
 		NodeName: n.cfg.NodeName, IPs: ips, DNSNames: []string{n.cfg.NodeName},
 		Client: n.client, Approver: approver, Dir: certDir(n.cfg), AutoApprove: n.cfg.ApproveServingCSR, Logger: n.log,
@@ -73,9 +73,9 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 	}
 	n.partReady()
 	if n.cfg.Shared != nil {
-		return n.cfg.Shared.port.Serve(ctx, srv, n.kubeletListener, tlsCfg)
+		return n.cfg.Shared.port.Serve(ctx, srv, n.kubeletListener, cert)
 	}
-	return srv.Serve(ctx, n.kubeletListener, tlsCfg)
+	return srv.Serve(ctx, n.kubeletListener, cert)
 }
 
 // kubeletAuth is the authenticator and authorizer of the kubelet API: the
