@@ -294,7 +294,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.notifier != nil {
 		c.notifier.NotifyPods(ctx, c.handleProviderPod)
 	}
-	c.resolver.Start(ctx)
+	c.resolver.Start()
+	defer c.resolver.Stop()
 	if c.source != nil {
 		unregister, err := c.source.register(c.nodeName, c.podEvents)
 		if err != nil {

@@ -95,7 +95,8 @@ func (f *fixture) startWith(prov provider.PodLifecycleHandler) {
 	f.ctx = ctx
 	c.informers.Start(ctx.Done())
 	c.informers.WaitForCacheSync(ctx.Done())
-	c.resolver.Start(ctx) // as Controller.Run does
+	c.resolver.Start() // as Controller.Run does
+	f.t.Cleanup(c.resolver.Stop)
 	f.c = c
 }
 

@@ -57,6 +57,15 @@ type Resolver struct {
 	log      *slog.Logger
 
 	checkInterval time.Duration
+	// checks are what Start runs and Stop ends.
+	checks struct {
+		mu      sync.Mutex
+		delayed clock.WithDelayedExecution
+		timer   clock.Timer
+		stopped bool
+		// cancel ends Run, which Start runs with a clock without timers.
+		cancel context.CancelFunc
+	}
 	// lastTokenCheck and refreshBudget pace token refreshes (checkTokens);
 	// guarded by mu.
 	lastTokenCheck time.Time
@@ -155,49 +164,67 @@ func New(cfg Config) (*Resolver, error) {
 	}, nil
 }
 
-// Start does what Run does without a goroutine waiting for the next check: a
-// timer calls each check and arms the next, and ctx's end gives the caches back.
-// A process running a thousand nodes saves a thousand goroutines. With a clock
-// that has no AfterFunc, it runs Run in a goroutine.
-func (r *Resolver) Start(ctx context.Context) {
+// Start does what Run does without a goroutine waiting for the next check,
+// until Stop: a timer calls each check and arms the next. A process running a
+// thousand nodes saves a thousand goroutines, and a context.AfterFunc each (some
+// 500 bytes with the parent's record of it) by being told to stop rather than
+// watching a context. With a clock that has no AfterFunc, it runs Run in a
+// goroutine.
+func (r *Resolver) Start() {
 	delayed, ok := r.clock.(clock.WithDelayedExecution)
+	r.checks.mu.Lock()
+	defer r.checks.mu.Unlock()
 	if !ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		r.checks.cancel = cancel
 		go r.Run(ctx)
 		return
 	}
-	var (
-		mu      sync.Mutex
-		timer   clock.Timer
-		stopped bool
-	)
-	var arm func()
-	arm = func() {
-		timer = delayed.AfterFunc(r.checkInterval, func() {
-			// In a goroutine of its own: a fake clock calls this while it holds
-			// its lock, and the check reads the clock.
-			go func() {
-				if ctx.Err() != nil {
-					return
-				}
-				r.checkTokens()
-				mu.Lock()
-				defer mu.Unlock()
-				if !stopped {
-					arm()
-				}
-			}()
-		})
-	}
-	mu.Lock()
-	arm()
-	mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		mu.Lock()
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-		r.stop()
+	r.checks.delayed = delayed
+	r.armLocked()
+}
+
+// armLocked sets the timer of the next token check.
+func (r *Resolver) armLocked() {
+	r.checks.timer = r.checks.delayed.AfterFunc(r.checkInterval, func() {
+		// In a goroutine of its own: a fake clock calls this while it holds
+		// its lock, and the check reads the clock.
+		go r.timedCheck()
 	})
+}
+
+// timedCheck is a check Start's timer called for: unless stopped meanwhile, it
+// checks the tokens and arms the next.
+func (r *Resolver) timedCheck() {
+	r.checks.mu.Lock()
+	stopped := r.checks.stopped
+	r.checks.mu.Unlock()
+	if stopped {
+		return
+	}
+	r.checkTokens()
+	r.checks.mu.Lock()
+	defer r.checks.mu.Unlock()
+	if !r.checks.stopped {
+		r.armLocked()
+	}
+}
+
+// Stop ends the checks Start started and gives back every cache; a check
+// running meanwhile is the last.
+func (r *Resolver) Stop() {
+	r.checks.mu.Lock()
+	r.checks.stopped = true
+	if r.checks.timer != nil {
+		r.checks.timer.Stop()
+	}
+	cancel := r.checks.cancel
+	r.checks.mu.Unlock()
+	if cancel != nil {
+		cancel() // Run gives the caches back as it returns
+		return
+	}
+	r.stop()
 }
 
 // Run checks tokens for refresh until ctx ends, then gives every cache back
