@@ -189,7 +189,10 @@ func TestEveryPathRefusesAnonymousUnauthorizedAndPlainHTTP(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, l, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }) }()
+	go func() {
+		defer close(done)
+		_ = s.Serve(ctx, l, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil })
+	}()
 	defer func() { cancel(); <-done }()
 	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	plainClient := &http.Client{}
