@@ -63,6 +63,8 @@ type Provider struct {
 	// stores a new record), so a snapshot of pointers can be read after unlocking.
 	mu           sync.Mutex
 	pods         map[string]*podRecord // by namespace/name
+	// The counts' maps are made by their first count (count): an idle node
+	// of a NodeSet's thousand keeps none.
 	createCounts map[types.UID]int     // pods actually created, by UID (persisted)
 	deleteCalls  map[types.UID]int     // DeletePod calls, by UID (persisted)
 	updateCalls  map[types.UID]int     // UpdatePod calls, by UID
@@ -128,13 +130,9 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		cfg:          cfg,
 		clock:        clock.RealClock{},
 		log:          slog.Default(),
-		pods:         map[string]*podRecord{},
-		createCounts: map[types.UID]int{},
-		deleteCalls:  map[types.UID]int{},
-		updateCalls:  map[types.UID]int{},
-		volumeCalls:  map[string]int{},
-		countsKept:   countsKept,
-		hostIP:       defaultHostIP,
+		pods:       map[string]*podRecord{},
+		countsKept: countsKept,
+		hostIP:     defaultHostIP,
 	}
 	for _, opt := range opts {
 		opt(p)
@@ -231,7 +229,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 // (the last one stays then).
 func (p *Provider) updatePod(ctx context.Context, pod *corev1.Pod, resolution *keptResolution) error {
 	p.mu.Lock()
-	p.updateCalls[pod.UID]++
+	count(&p.updateCalls, pod.UID, 1)
 	p.mu.Unlock()
 	if err := p.answerLate(ctx); err != nil {
 		return err
@@ -270,7 +268,7 @@ func (p *Provider) updatePod(ctx context.Context, pod *corev1.Pod, resolution *k
 // shorter. A second call can shorten that time, never lengthen it.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
-	p.deleteCalls[pod.UID]++
+	count(&p.deleteCalls, pod.UID, 1)
 	p.version++
 	p.mu.Unlock()
 	if err := p.answerLate(ctx); err != nil {
@@ -408,4 +406,12 @@ func (p *Provider) DeleteCalls(uid types.UID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.deleteCalls[uid]
+}
+
+// count adds n to (*m)[k], making *m first if it is nil.
+func count[K comparable](m *map[K]int, k K, n int) {
+	if *m == nil {
+		*m = map[K]int{}
+	}
+	(*m)[k] += n
 }

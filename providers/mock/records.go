@@ -168,7 +168,7 @@ func (p *Provider) dropLocked(rec *podRecord, now time.Time) {
 // to createCounts, where it outlives the pod for countsKept.
 func (p *Provider) keepCreatesLocked(rec *podRecord) {
 	if rec.creates > 0 {
-		p.createCounts[rec.uid] += int(rec.creates)
+		count(&p.createCounts, rec.uid, int(rec.creates))
 	}
 }
 

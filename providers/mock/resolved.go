@@ -43,7 +43,7 @@ func (p *Provider) UpdatePodVolumes(ctx context.Context, rp *provider.ResolvedPo
 	rec := *old // records never change once stored
 	rec.resolution.volumes, rec.resolved = volumes, true
 	p.pods[key] = &rec
-	p.volumeCalls[key]++
+	count(&p.volumeCalls, key, 1)
 	p.mu.Unlock()
 	p.log.Debug("pod volumes updated", "pod", key)
 	return nil

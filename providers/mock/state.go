@@ -167,10 +167,10 @@ func (p *Provider) load() error {
 			rec.countCreate(n - 1) // the record is not shared yet
 			continue
 		}
-		p.createCounts[uid] = n
+		count(&p.createCounts, uid, n)
 	}
 	for uid, n := range st.DeleteCalls {
-		p.deleteCalls[uid] = n
+		count(&p.deleteCalls, uid, n)
 	}
 	// The counts of pods not running any more are forgotten countsKept from now
 	// (the file does not say when each pod went).
