@@ -131,8 +131,8 @@ func namespaceOf(podKey string) string {
 	return ns
 }
 
-// New builds a resolver. Its caches start on demand; Run refreshes tokens and stops
-// the caches when it returns.
+// New builds a resolver. Its caches start on demand; Run (or Start, until Stop)
+// refreshes tokens, and its end gives the caches back.
 func New(cfg Config) (*Resolver, error) {
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, fmt.Errorf("resolver: Client and NodeName are required")
