@@ -61,24 +61,24 @@ type Provider struct {
 
 	// mu guards everything below. Pod records are immutable once stored (a change
 	// stores a new record), so a snapshot of pointers can be read after unlocking.
-	mu           sync.Mutex
-	pods         map[string]*podRecord // by namespace/name
+	mu   sync.Mutex
+	pods map[string]*podRecord // by namespace/name
 	// The counts' maps are made by their first count (count): an idle node
 	// of a NodeSet's thousand keeps none.
-	createCounts map[types.UID]int     // pods actually created, by UID (persisted)
-	deleteCalls  map[types.UID]int     // DeletePod calls, by UID (persisted)
-	updateCalls  map[types.UID]int     // UpdatePod calls, by UID
-	nextIP       uint32                // offset from firstPodIP of the next pod IP (persisted)
-	hostIP       string                // given by WithHostIP, else the node's InternalIP
-	hostIPFixed  bool                  // hostIP came from WithHostIP: ConfigureNode leaves it
-	capacity     corev1.ResourceList   // set by SetCapacity; nil: the config's (capacityLocked)
-	notifyNode   func(*corev1.Node)    // from NotifyNodeStatus
-	pingErr      error                 // what Ping returns (SetPingError)
-	sched        *scheduler            // delivers pod notifications while NotifyPods' ctx lives
-	version      uint64                // bumped on every change the StateFile must record
-	cpuCoreNanos uint64                // the node's cumulative CPU, integrated at each sample
-	cpuSampledAt time.Time             // when cpuCoreNanos was last brought up to date
-	volumeCalls  map[string]int        // UpdatePodVolumes calls by namespace/name
+	createCounts map[types.UID]int   // pods actually created, by UID (persisted)
+	deleteCalls  map[types.UID]int   // DeletePod calls, by UID (persisted)
+	updateCalls  map[types.UID]int   // UpdatePod calls, by UID
+	nextIP       uint32              // offset from firstPodIP of the next pod IP (persisted)
+	hostIP       string              // given by WithHostIP, else the node's InternalIP
+	hostIPFixed  bool                // hostIP came from WithHostIP: ConfigureNode leaves it
+	capacity     corev1.ResourceList // set by SetCapacity; nil: the config's (capacityLocked)
+	notifyNode   func(*corev1.Node)  // from NotifyNodeStatus
+	pingErr      error               // what Ping returns (SetPingError)
+	sched        *scheduler          // delivers pod notifications while NotifyPods' ctx lives
+	version      uint64              // bumped on every change the StateFile must record
+	cpuCoreNanos uint64              // the node's cumulative CPU, integrated at each sample
+	cpuSampledAt time.Time           // when cpuCoreNanos was last brought up to date
+	volumeCalls  map[string]int      // UpdatePodVolumes calls by namespace/name
 	// gone lists the pods dropped, oldest first, so that their counts above
 	// are forgotten countsKept after (goneLocked).
 	gone       []gonePod
@@ -126,10 +126,10 @@ func New(cfg Config, nodeName string, opts ...Option) (*Provider, error) {
 		cfg.ProviderID = "mock://" + nodeName
 	}
 	p := &Provider{
-		nodeName:     nodeName,
-		cfg:          cfg,
-		clock:        clock.RealClock{},
-		log:          slog.Default(),
+		nodeName:   nodeName,
+		cfg:        cfg,
+		clock:      clock.RealClock{},
+		log:        slog.Default(),
 		pods:       map[string]*podRecord{},
 		countsKept: countsKept,
 		hostIP:     defaultHostIP,
