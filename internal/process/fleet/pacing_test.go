@@ -84,7 +84,8 @@ func TestNodesStartWhenTheSlotsAreStuck(t *testing.T) {
 	run := newPacer(1, clk).pace(s.run)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = run(ctx, agent.Config{NodeName: "stuck"}, func() {}) }()
+	stuckReady := make(chan struct{})
+	go func() { _ = run(ctx, agent.Config{NodeName: "stuck"}, func() { close(stuckReady) }) }()
 	expectStart(t, s.started, "stuck")
 	go func() { _ = run(ctx, agent.Config{NodeName: "next"}, func() {}) }()
 	expectNoStart(t, s.started)
@@ -96,6 +97,7 @@ func TestNodesStartWhenTheSlotsAreStuck(t *testing.T) {
 
 	// Once a slot is given back, the nodes are paced again.
 	close(s.readyOf["stuck"])
+	<-stuckReady // its slot given back
 	go func() { _ = run(ctx, agent.Config{NodeName: "third"}, func() {}) }()
 	expectStart(t, s.started, "third")
 	go func() { _ = run(ctx, agent.Config{NodeName: "fourth"}, func() {}) }()
