@@ -11,8 +11,8 @@ import (
 )
 
 // The desired Node of a controller that shares a Watch (a NodeSet's node) is
-// kept packed (internal/compact/pack): one byte naming the dictionary, then
-// the S2 block of its encoding. A NodeSet's nodes differ in little more than
+// kept packed (internal/compact/pack's Pack): one byte naming the dictionary,
+// then the S2 block of its encoding. A NodeSet's nodes differ in little more than
 // their names, addresses and ports, so against the first node's encoding
 // another's (some 1,000 bytes) packs to a tenth of it. A node alone keeps its
 // encoding as it is: a dictionary's hash table (32 KiB) would cost it more
@@ -43,13 +43,7 @@ func typicalDesiredNode() []byte {
 // grow the node's.
 func packDesired(raw []byte) []byte {
 	var packed []byte
-	deepstack.Do(func() {
-		desiredDicts.Compress(raw, func(id byte, block []byte) {
-			packed = make([]byte, 1+len(block))
-			packed[0] = id
-			copy(packed[1:], block)
-		})
-	})
+	deepstack.Do(func() { packed = desiredDicts.Pack(raw) })
 	return packed
 }
 

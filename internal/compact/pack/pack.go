@@ -183,6 +183,18 @@ func (d *Dictionaries) Compress(item []byte, use func(id byte, block []byte)) {
 	use(id, *buf)
 }
 
+// Pack returns item compressed as Compress does, in the form the callers
+// keep: one byte naming the dictionary (Of), then the block.
+func (d *Dictionaries) Pack(item []byte) []byte {
+	var packed []byte
+	d.Compress(item, func(id byte, block []byte) {
+		packed = make([]byte, 1+len(block))
+		packed[0] = id
+		copy(packed[1:], block)
+	})
+	return packed
+}
+
 // learnAfter returns a dictionary newer than id to pack item against: the
 // newest, if another pack learned one meanwhile, or one learned from item if
 // there is room; nil if neither.

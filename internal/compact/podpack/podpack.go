@@ -135,13 +135,7 @@ func PackEncoded(raw []byte) []byte {
 	condensed := pack.Buffer()
 	defer pack.Release(condensed)
 	*condensed = condense(*condensed, raw)
-	var packed []byte
-	dicts.Compress(*condensed, func(id byte, block []byte) {
-		packed = make([]byte, 1+len(block))
-		packed[0] = id
-		copy(packed[1:], block)
-	})
-	return packed
+	return dicts.Pack(*condensed)
 }
 
 // Unpack decodes a pod packed by this process into a new pod, the caller's.
