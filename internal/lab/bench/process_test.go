@@ -3,11 +3,16 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestHeapAllocIsReadFromTheTextHeapProfile(t *testing.T) {
@@ -59,4 +64,52 @@ func TestWaitQuietWaitsForAProcessToStopUsingCPU(t *testing.T) {
 	if took := time.Since(start); took < 3*time.Second {
 		t.Errorf("a busy process was found quiet after %v", took)
 	}
+}
+
+func TestABinarysCachedPagesAreDroppedBeforeItStarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bin")
+	const size = 1 << 20
+	if err := os.WriteFile(path, bytes.Repeat([]byte{1}, size), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temp dir is on tmpfs, whose pages are the file: nothing to drop")
+	}
+	if got := residentPages(t, path, size); got != size/os.Getpagesize() {
+		t.Fatalf("%d pages of a file just written are cached; want all %d", got, size/os.Getpagesize())
+	}
+	if err := dropCachedPages(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := residentPages(t, path, size); got != 0 {
+		t.Errorf("%d pages are still cached after dropCachedPages", got)
+	}
+}
+
+// residentPages counts the pages of the file at path that are in the page cache.
+func residentPages(t *testing.T, path string, size int) int {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (size+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(size),
+		uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
