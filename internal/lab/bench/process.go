@@ -85,8 +85,8 @@ func startChild(ctx context.Context, bin string, args, env []string, dir string)
 	defer logFile.Close() // the child has its own descriptor
 	c.cmd = exec.CommandContext(ctx, bin, args...)
 	if c.cmd.Err == nil {
-		// Best effort: a page left cached only makes this process's file-backed
-		// figure depend on the cache's history again, as it did before.
+		// Best effort: should it fail, only the file-backed figure changes: it
+		// then depends on how the binary's pages came into the cache.
 		_ = dropCachedPages(c.cmd.Path)
 	}
 	c.cmd.Env = append(os.Environ(), env...)

@@ -76,8 +76,8 @@ func TestABinarysCachedPagesAreDroppedBeforeItStarts(t *testing.T) {
 	if err := unix.Statfs(path, &fs); err != nil {
 		t.Fatal(err)
 	}
-	if fs.Type == unix.TMPFS_MAGIC {
-		t.Skip("the temp dir is on tmpfs, whose pages are the file: nothing to drop")
+	if fs.Type == unix.TMPFS_MAGIC || fs.Type == unix.RAMFS_MAGIC {
+		t.Skip("the temp dir is in memory, whose pages are the file: nothing to drop")
 	}
 	if got := residentPages(t, path, size); got != size/os.Getpagesize() {
 		t.Fatalf("%d pages of a file just written are cached; want all %d", got, size/os.Getpagesize())
