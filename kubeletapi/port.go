@@ -14,11 +14,12 @@ import (
 
 // Port serves the kubelet API of one or more nodes with one HTTP server: one
 // set of timeouts, one connection-serving loop and one TLS configuration,
-// presenting the certificate of whichever node a connection is for. Each node accepts on its own socket
-// (Serve), so that its endpoint — the address and port the node advertises —
-// says which node a request is for, for the node-level paths (/stats/summary,
-// /metrics/resource, /pods) as much as for a pod's. A thousand nodes of one
-// process share one Port; a node alone has its own (Server.Serve).
+// presenting the certificate of whichever node a connection is for. Each node
+// accepts on its own socket (Serve), so that its endpoint — the address and
+// port the node advertises — says which node a request is for, for the
+// node-level paths (/stats/summary, /metrics/resource, /pods) as much as for a
+// pod's. A thousand nodes of one process share one Port; a node alone has its
+// own (Server.Serve).
 type Port struct {
 	cfg   PortConfig
 	srv   *http.Server
