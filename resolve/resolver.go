@@ -363,7 +363,7 @@ func (r *Resolver) acquire(ctx context.Context, pod *corev1.Pod) (map[storeKey]*
 	ctx, cancel := context.WithTimeout(ctx, r.syncTimeout)
 	defer cancel()
 	for k, s := range stores {
-		if err := waitSynced(ctx, s.informer); err != nil {
+		if err := waitSynced(ctx, s.synced); err != nil {
 			return nil, fmt.Errorf("waiting for the %s cache of namespace %s: %w", k.kind, k.namespace, err)
 		}
 	}
@@ -475,7 +475,7 @@ func (s *cacheSource) get(k kind, namespace, name string) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.r.syncTimeout)
 	defer cancel()
-	if err := waitSynced(ctx, st.informer); err != nil {
+	if err := waitSynced(ctx, st.synced); err != nil {
 		return nil, fmt.Errorf("waiting for the cache of %s %s/%s: %w", k, namespace, name, err)
 	}
 	obj, ok, err := st.informer.GetIndexer().GetByKey(namespace + "/" + name)

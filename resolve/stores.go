@@ -34,8 +34,12 @@ func storeOf(o objectKey) storeKey { return storeKey(o) }
 // resolutions under way); release gives the resolver's share of it back.
 type store struct {
 	informer cache.SharedIndexInformer
-	release  func()
-	refs     int
+	// synced reports the informer's first list both stored and told to the
+	// change callbacks: a resolution that waits for it has seen every
+	// notification of that list, none comes after it as a change.
+	synced  func() bool
+	release func()
+	refs    int
 }
 
 // storesFor is the Service caches a pod of namespace uses for its service
@@ -60,12 +64,13 @@ func (r *Resolver) refStoreLocked(k storeKey) *store {
 	if r.closed {
 		// Run has returned and given every cache back: a late resolution gets a
 		// cache that never syncs, and gives up when its context ends.
-		s := &store{informer: r.caches.newInformer(k), release: func() {}, refs: 1}
+		inf := r.caches.newInformer(k)
+		s := &store{informer: inf, synced: inf.HasSynced, release: func() {}, refs: 1}
 		r.stores[k] = s
 		return s
 	}
-	inf, release := r.caches.acquire(k, r.objectChanged)
-	s := &store{informer: inf, release: release, refs: 1}
+	inf, synced, release := r.caches.acquire(k, r.objectChanged)
+	s := &store{informer: inf, synced: synced, release: release, refs: 1}
 	r.stores[k] = s
 	r.log.Debug("watching", "kind", k.kind, "namespace", k.namespace, "name", k.name)
 	return s
@@ -108,7 +113,10 @@ type Caches struct {
 // sharedStore is one running informer and the resolvers using it.
 type sharedStore struct {
 	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
+	// synced reports the first list stored and delivered to the change
+	// handler (the informer's HasSynced says only stored).
+	synced func() bool
+	cancel context.CancelFunc
 	// users are the change callbacks of the resolvers using it, by a number
 	// given at acquire.
 	users  map[uint64]func(objectKey)
@@ -122,8 +130,9 @@ func NewCaches(client kubernetes.Interface) *Caches {
 
 // acquire returns the informer of k, started if no one uses it, and has
 // onChange called for each change of the ConfigMap or Secret it holds, until
-// release is called; the last release stops it.
-func (c *Caches) acquire(k storeKey, onChange func(objectKey)) (_ cache.SharedIndexInformer, release func()) {
+// release is called; the last release stops it. synced reports the informer's
+// first list stored and told to the users.
+func (c *Caches) acquire(k storeKey, onChange func(objectKey)) (_ cache.SharedIndexInformer, synced func() bool, release func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[k]
@@ -133,7 +142,7 @@ func (c *Caches) acquire(k storeKey, onChange func(objectKey)) (_ cache.SharedIn
 	id := e.nextID
 	e.nextID++
 	e.users[id] = onChange
-	return e.informer, func() {
+	return e.informer, e.synced, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		delete(e.users, id)
@@ -150,7 +159,7 @@ func (c *Caches) startLocked(k storeKey) *sharedStore {
 	inf := c.newInformer(k)
 	// Managed fields are never read: do not keep them.
 	_ = inf.SetTransform(informerutil.StripManagedFields)
-	e := &sharedStore{informer: inf, users: map[uint64]func(objectKey){}}
+	e := &sharedStore{informer: inf, synced: inf.HasSynced, users: map[uint64]func(objectKey){}}
 	if k.kind != kindService { // service links are read once, at start
 		changed := func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -168,9 +177,14 @@ func (c *Caches) startLocked(k storeKey) *sharedStore {
 				u(o)
 			}
 		}
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// The handler's first Adds are delivered after the informer has stored
+		// them: waiting for the registration's HasSynced makes a resolution see
+		// them before it returns, so they never arrive later as changes.
+		if reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
-		})
+		}); err == nil {
+			e.synced = reg.HasSynced
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
@@ -198,13 +212,13 @@ func (c *Caches) newInformer(k storeKey) cache.SharedIndexInformer {
 	}
 }
 
-func waitSynced(ctx context.Context, inf cache.SharedIndexInformer) error {
-	if inf.HasSynced() {
+func waitSynced(ctx context.Context, synced func() bool) error {
+	if synced() {
 		return nil
 	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	for !inf.HasSynced() {
+	for !synced() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
