@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -448,16 +447,6 @@ func (cp *ControlPlane) Stop() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// mustFreePort asks the kernel for a free loopback port.
-func mustFreePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("no free loopback port: %v", err))
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // UserKubeconfig issues a client certificate of the cluster CA for user (and
