@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test unit vet fmt-check fuzz fault image manifests chart-docs proto release conformance
+.PHONY: all setup build controlplane up test flakes unit vet fmt-check fuzz fault image manifests chart-docs proto release conformance
 
 all: build
 
@@ -109,6 +109,13 @@ TEST_FIRST := ./cmd/vkubeletctl ./cmd/vkubelet ./internal/lab/fault ./internal/l
 	./providers/remote ./pod ./providers/kube ./resolve ./providers/cri
 test:
 	@GO="$(GO)" TEST_P="$(TEST_P)" TEST_TIMEOUT="$(TEST_TIMEOUT)" TEST_FIRST="$(TEST_FIRST)" scripts/test.sh
+
+# The flake finder (scripts/flakes.sh, docs/TESTING.md): `make test` FLAKES_RUNS
+# times in CI's mode with every core kept busy, the first run from empty caches
+# with FLAKES_COLD=1; or, with FLAKES_PKGS, those packages -count FLAKES_COUNT.
+# It prints each failed test with the number of runs it failed in.
+flakes:
+	@GO="$(GO)" scripts/flakes.sh
 
 # Each fuzz target for FUZZTIME; too long for `make test` (each package's first
 # target compiles its whole dependency graph with coverage instrumentation).
