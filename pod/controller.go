@@ -51,6 +51,15 @@ type Config struct {
 	// not implement provider.PodNotifier, and how often a deleting pod is checked.
 	// Default 5s.
 	StatusPollInterval time.Duration
+	// RemoveUnconfirmedAfter, if positive, is how long after a deleted pod's
+	// grace period ends the node removes it from the API although the provider
+	// has not confirmed that it stopped (--remove-unconfirmed-after). Zero, the
+	// default, never does: the pod stays Terminating until the provider says
+	// it stopped or no longer has it, as a kubelet keeps a deleted pod until
+	// its containers stopped, which is what lets a StatefulSet promise at most
+	// one copy of each pod. A bound gives that promise up for the provider's
+	// slow or failed stops: the replacement may start while the old pod runs.
+	RemoveUnconfirmedAfter time.Duration
 	// ResyncPeriod re-queues every pod this often (--full-resync-period); 0 disables.
 	ResyncPeriod time.Duration
 	// Recorder records Events; nil creates one that writes to Client as "vkubelet".
@@ -157,8 +166,10 @@ type Controller struct {
 	workers       int
 	statusWorkers int
 	pollInterval  time.Duration
-	ready         chan struct{}
-	onReady       func() // Config.OnReady
+	// removeUnconfirmedAfter is Config.RemoveUnconfirmedAfter.
+	removeUnconfirmedAfter time.Duration
+	ready                  chan struct{}
+	onReady                func() // Config.OnReady
 }
 
 // NewController builds a pod controller. Nothing runs until Run.
@@ -196,23 +207,24 @@ func NewController(cfg Config) (*Controller, error) {
 		cfg.Recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vkubelet", Host: cfg.NodeName})
 	}
 	c := &Controller{
-		client:        cfg.Client,
-		nodeName:      cfg.NodeName,
-		os:            cfg.OperatingSystem,
-		provider:      cfg.Provider,
-		source:        cfg.Source,
-		timer:         cfg.Timer,
-		state:         newStateStore(),
-		recorder:      cfg.Recorder,
-		metrics:       cfg.Metrics,
-		clock:         cfg.Clock,
-		log:           cfg.Logger.With("component", "pod-controller", "node", cfg.NodeName),
-		tracer:        cfg.Tracer,
-		workers:       cfg.Workers,
-		statusWorkers: cfg.StatusWorkers,
-		pollInterval:  cfg.StatusPollInterval,
-		ready:         make(chan struct{}),
-		onReady:       cfg.OnReady,
+		client:                 cfg.Client,
+		nodeName:               cfg.NodeName,
+		os:                     cfg.OperatingSystem,
+		provider:               cfg.Provider,
+		source:                 cfg.Source,
+		timer:                  cfg.Timer,
+		state:                  newStateStore(),
+		recorder:               cfg.Recorder,
+		metrics:                cfg.Metrics,
+		clock:                  cfg.Clock,
+		log:                    cfg.Logger.With("component", "pod-controller", "node", cfg.NodeName),
+		tracer:                 cfg.Tracer,
+		workers:                cfg.Workers,
+		statusWorkers:          cfg.StatusWorkers,
+		pollInterval:           cfg.StatusPollInterval,
+		removeUnconfirmedAfter: cfg.RemoveUnconfirmedAfter,
+		ready:                  make(chan struct{}),
+		onReady:                cfg.OnReady,
 	}
 	if n, ok := cfg.Provider.(provider.PodNotifier); ok {
 		c.notifier = n

@@ -127,10 +127,12 @@ type fixture struct {
 	client   *fake.Clientset
 	provider *fakeProvider
 	recorder *record.FakeRecorder
-	clock    *clocktesting.FakeClock
-	tracer   trace.Tracer // nil: none
-	c        *Controller
-	ctx      context.Context
+	// removeUnconfirmedAfter is the controller's Config.RemoveUnconfirmedAfter.
+	removeUnconfirmedAfter time.Duration
+	clock                  *clocktesting.FakeClock
+	tracer                 trace.Tracer // nil: none
+	c                      *Controller
+	ctx                    context.Context
 }
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
@@ -151,7 +153,8 @@ func (f *fixture) start() {
 	c, err := NewController(Config{
 		Client: f.client, NodeName: testNode, Provider: f.provider,
 		Recorder: f.recorder, Clock: f.clock, StatusPollInterval: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tracer: f.tracer,
+		RemoveUnconfirmedAfter: f.removeUnconfirmedAfter,
+		Logger:                 slog.New(slog.NewTextHandler(io.Discard, nil)), Tracer: f.tracer,
 	})
 	if err != nil {
 		f.t.Fatal(err)

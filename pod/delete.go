@@ -101,8 +101,17 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
 		return nil
 	}
-	if !gone {
-		c.log.Info("grace period over before the provider confirmed the pod stopped; removing it", "pod", key)
+	if !gone && !c.removeUnconfirmed(p, st, -remaining) {
+		// At most one copy: as the kubelet removes a deleted pod only once its
+		// containers have stopped, the pod stays Terminating until the
+		// provider says it stopped, and a StatefulSet starts its replacement
+		// only then. Asked again at each poll.
+		again := c.pollInterval
+		if c.removeUnconfirmedAfter > 0 {
+			again = min(again, c.removeUnconfirmedAfter+remaining)
+		}
+		c.deleteQueue.AddAfter(key, again)
+		return nil
 	}
 	if len(p.Finalizers) > 0 && inProvider {
 		// A finalizer keeps the pod in the API after its removal, for a
@@ -145,6 +154,29 @@ func (c *Controller) removeHandler(ctx context.Context, key string) (err error) 
 	}
 	c.forget(key)
 	return nil
+}
+
+// removeUnconfirmed reports whether deleting pod p, whose grace period ended
+// overdue ago and which the provider has not confirmed stopped, leaves the API
+// all the same: only past the node's RemoveUnconfirmedAfter, if it has one.
+// Otherwise it says once, with a Warning Event, why the pod stays Terminating.
+func (c *Controller) removeUnconfirmed(p *corev1.Pod, st podState, overdue time.Duration) bool {
+	key := keyOf(p)
+	if c.removeUnconfirmedAfter > 0 && overdue >= c.removeUnconfirmedAfter {
+		c.log.Warn("removing a deleted pod the provider has not confirmed stopped (--remove-unconfirmed-after)",
+			"pod", key, "overdue", overdue)
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
+			"Removed from the API %s after its grace period without the provider's confirmation that it stopped (the node's remove-unconfirmed-after setting)",
+			overdue.Round(time.Second))
+		return true
+	}
+	if !st.stopOverdue {
+		c.log.Warn("grace period over and the provider has not confirmed the pod stopped; it stays Terminating until it does", "pod", key)
+		c.recorder.Event(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
+			"The grace period is over and the provider has not confirmed that the pod stopped: it stays Terminating until the provider does (kubectl delete --force removes it from the API without that)")
+		c.state.update(key, func(s *podState) { s.stopOverdue = true })
+	}
+	return false
 }
 
 // killReportWait is how long past its grace period the node waits for the

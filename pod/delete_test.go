@@ -62,7 +62,11 @@ func assertRemoved(t *testing.T, f *fixture, name string, uid types.UID) {
 	}
 }
 
-func TestDeleteRemovesPodOnceGraceExpires(t *testing.T) {
+// A deleted pod leaves the API only once the provider confirms it stopped,
+// however long after its grace period that is: as a kubelet keeps a deleted
+// pod until its containers stopped, so that a StatefulSet's replacement never
+// runs beside it. The node says once why the pod stays.
+func TestADeletedPodStaysUntilTheProviderConfirmsItStopped(t *testing.T) {
 	f := newFixture(t)
 	pod := deletingPod("a", f.clock.Now(), 5)
 	f.client = fake.NewClientset(pod)
@@ -71,18 +75,83 @@ func TestDeleteRemovesPodOnceGraceExpires(t *testing.T) {
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Step(4 * time.Second)
+	<-f.recorder.Events // Killing
+	f.clock.Step(6 * time.Second)
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if w := f.writes(); len(w) != 0 {
-		t.Fatalf("removed before the grace period ended: %v", w)
+		t.Fatalf("removed when its grace period ended, unconfirmed: %v", w)
 	}
-	f.clock.Step(2 * time.Second)
+	if ev := nextEvent(f); !strings.HasPrefix(ev, "Warning StopNotConfirmed The grace period is over") {
+		t.Fatalf("event = %q, want the Warning StopNotConfirmed", ev)
+	}
+	// An hour on, and with the provider unreachable for a poll: still there,
+	// and not said again.
+	f.clock.Step(time.Hour)
+	f.provider.failNext["GetPodStatus"] = errors.New("provider unreachable")
+	for range 2 {
+		if err := f.handleDelete("ns/a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("removed unconfirmed an hour after its grace period: %v", w)
+	}
+	if ev := nextEvent(f); ev != "" {
+		t.Fatalf("a second event %q, want the warning once", ev)
+	}
+	f.provider.terminate("ns/a")
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	assertRemoved(t, f, "a", "uid-a")
+	if n := strings.Count(strings.Join(f.provider.callList(), ","), "DeletePod"); n != 1 {
+		t.Fatalf("DeletePod called %d times, want once", n)
+	}
+}
+
+// With RemoveUnconfirmedAfter, a node gives the promise up for pods its
+// provider never confirms stopped: removed that long after the grace period.
+func TestRemoveUnconfirmedAfterBoundsTheWait(t *testing.T) {
+	f := newFixture(t)
+	f.removeUnconfirmedAfter = 30 * time.Second
+	pod := deletingPod("a", f.clock.Now(), 5)
+	f.client = fake.NewClientset(pod)
+	f.runningInProvider(pod)
+	f.start()
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(6 * time.Second)
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("removed a second after its grace period, with a bound of 30s: %v", w)
+	}
+	f.clock.Step(30 * time.Second)
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	assertRemoved(t, f, "a", "uid-a")
+	var events []string
+	for ev := nextEvent(f); ev != ""; ev = nextEvent(f) {
+		events = append(events, ev)
+	}
+	if len(events) != 3 || !strings.HasPrefix(events[2], "Warning StopNotConfirmed Removed from the API 31s after its grace period") {
+		t.Fatalf("events = %q, want Killing, the warning and the removal's", events)
+	}
+}
+
+// nextEvent is the next event recorded, "" if none is.
+func nextEvent(f *fixture) string {
+	select {
+	case ev := <-f.recorder.Events:
+		return ev
+	default:
+		return ""
+	}
 }
 
 func TestDeletePodIsRetriedUntilItSucceeds(t *testing.T) {

@@ -48,7 +48,7 @@ func (c *Controller) reconcileProvider(ctx context.Context) error {
 			c.log.Warn("cannot keep the provider's view of a pod", "pod", key, "error", cerr)
 		}
 		c.state.update(key, func(s *podState) {
-			s.providerUID, s.lastPod, s.deleteRequested = uid, last, false
+			s.providerUID, s.lastPod, s.deleteRequested, s.stopOverdue = uid, last, false, false
 			// Its volume files are unknown: the first sync resolves them, which
 			// also starts watching what they come from.
 			s.volumesStale = true

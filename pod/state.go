@@ -40,6 +40,10 @@ type podState struct {
 	// deleteRequested is set once DeletePod has succeeded for the incarnation
 	// providerUID names; it is cleared whenever providerUID is set.
 	deleteRequested bool
+	// stopOverdue is set once the node has said (an Event) that the grace
+	// period of the deleting incarnation providerUID names is over and the
+	// provider has not confirmed that it stopped.
+	stopOverdue bool
 	// (The booleans are kept together, deleteRequested a flag rather than a
 	// UID, the volumes' digest short and the rare start trace apart
 	// (stateStore.startTraces), so that a pod's state fits the 80-byte size

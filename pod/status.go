@@ -73,14 +73,14 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 			if stoppedByNode(st, cached) {
 				// Stopped and then forgotten by the provider, as asked: its
 				// containers' last states will not come.
-				c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested = "", false })
+				c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested, s.stopOverdue = "", false, false })
 				return c.writeStatus(ctx, p, &corev1.PodStatus{ContainerStatuses: terminatedAll(p.Status.ContainerStatuses,
 					p.Status.Reason, "the provider stopped the pod and no longer reports it")}, nil)
 			}
 			// The provider lost the pod: the sync handler starts it again or, if
 			// its restart policy forbids that, marks it failed.
 			c.log.Warn("provider no longer has the pod", "pod", key)
-			c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested = "", false })
+			c.state.update(key, func(s *podState) { s.providerUID, s.deleteRequested, s.stopOverdue = "", false, false })
 			c.syncQueue.Add(key)
 			return nil
 		}

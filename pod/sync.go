@@ -25,8 +25,12 @@ const (
 	ReasonProviderLost   = "ProviderLost"    // the provider lost a pod whose restart policy forbids starting it again
 	ReasonUpdated        = "ProviderUpdated" // the provider accepted a change of an updatable field
 	ReasonKilling        = "Killing"         // the provider was asked to stop the pod (the kubelet's reason)
-	ReasonFailed         = "Failed"          // the pod's spec cannot be resolved, or a container could not be created or started (the kubelet's reason)
-	ReasonFailedMount    = "FailedMount"     // a running pod's volumes cannot be refreshed (the kubelet's reason)
+	// ReasonStopNotConfirmed: a deleted pod's grace period is over and the
+	// provider has not confirmed that it stopped, so it stays Terminating (or,
+	// with RemoveUnconfirmedAfter, was removed without that).
+	ReasonStopNotConfirmed = "StopNotConfirmed"
+	ReasonFailed           = "Failed"      // the pod's spec cannot be resolved, or a container could not be created or started (the kubelet's reason)
+	ReasonFailedMount      = "FailedMount" // a running pod's volumes cannot be refreshed (the kubelet's reason)
 
 	// ReasonCreateContainerConfigError is the kubelet's waiting reason of containers
 	// whose configuration (env, volumes) references something missing.
@@ -222,7 +226,7 @@ func (c *Controller) createInProvider(ctx context.Context, key string, p *corev1
 	c.state.setStartTrace(key, started)
 	c.state.created(key, func(s *podState, notified *corev1.PodStatus) {
 		s.providerUID, s.lastPod = p.UID, cached
-		s.deleteRequested, s.notified = false, notified
+		s.deleteRequested, s.stopOverdue, s.notified = false, false, notified
 		s.env, s.volumes, s.volumesStale = nil, volumesDigest{}, false
 		if rp != nil {
 			s.env, s.volumes = rp.Env, digestVolumes(rp.Volumes)

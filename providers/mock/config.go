@@ -41,6 +41,11 @@ type Config struct {
 	StartDelay Duration `json:"startDelay,omitzero"`
 	// StopDelay is how long a deleted pod takes to stop, capped by its grace period.
 	StopDelay Duration `json:"stopDelay,omitzero"`
+	// StopOverrun is how much longer than that a deleted pod takes to stop: a
+	// back end whose stop outlasts the grace period (a remote cluster's pod
+	// still terminating, a batch job being cancelled, a slow cloud API), for
+	// trying what the node does meanwhile. 0: none.
+	StopOverrun Duration `json:"stopOverrun,omitzero"`
 
 	// Latency is how long every CreatePod, UpdatePod, DeletePod and GetPodStatus
 	// call takes before it answers (injected failures included), as a remote
@@ -130,6 +135,9 @@ func (c Config) validate() (corev1.ResourceList, error) {
 	}
 	if c.StopDelay.Duration < 0 {
 		return nil, fmt.Errorf("stopDelay: %s is negative", c.StopDelay)
+	}
+	if c.StopOverrun.Duration < 0 {
+		return nil, fmt.Errorf("stopOverrun: %s is negative", c.StopOverrun)
 	}
 	if !(c.FailureRate >= 0 && c.FailureRate <= 1) {
 		return nil, fmt.Errorf("failureRate: %v is not in [0, 1]", c.FailureRate)

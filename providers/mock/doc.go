@@ -34,8 +34,9 @@
 // reported images follow its spec) and leaves its state alone.
 //
 // DeletePod returns at once. The pod goes on running until min(StopDelay, grace
-// period) has passed, the grace period being pod.DeletionGracePeriodSeconds, else
-// spec.terminationGracePeriodSeconds, else 30s; a later DeletePod may shorten that.
+// period) and StopOverrun have passed, the grace period being
+// pod.DeletionGracePeriodSeconds, else spec.terminationGracePeriodSeconds, else
+// 30s; a later DeletePod may shorten that.
 // Then the pod stops: its last status (containers Terminated, exit code 0, reason
 // Completed; Ready and ContainersReady False, reason PodCompleted; phase unchanged) is
 // sent to the NotifyPods callback, the pod is dropped from memory, and GetPod,

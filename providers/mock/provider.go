@@ -68,6 +68,7 @@ type Provider struct {
 	createCounts map[types.UID]int   // pods actually created, by UID (persisted)
 	deleteCalls  map[types.UID]int   // DeletePod calls, by UID (persisted)
 	updateCalls  map[types.UID]int   // UpdatePod calls, by UID
+	overlaps     int                 // CreatePods of a name whose earlier incarnation had not stopped
 	nextIP       uint32              // offset from firstPodIP of the next pod IP (persisted)
 	hostIP       string              // given by WithHostIP, else the node's InternalIP
 	hostIPFixed  bool                // hostIP came from WithHostIP: ConfigureNode leaves it
@@ -189,6 +190,11 @@ func (p *Provider) createPod(ctx context.Context, pod *corev1.Pod, resolution *k
 		return err
 	}
 	if old := p.pods[key]; old != nil {
+		if !old.goneAt(now) {
+			// The old one has not stopped: a back end that keeps pods
+			// apart (containers, jobs) would run both now.
+			p.overlaps++
+		}
 		// Another incarnation under the name, replaced: its count goes like a
 		// stopped pod's.
 		p.keepCreatesLocked(old)
@@ -297,7 +303,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return err
 	}
-	stopAt := now.Add(min(p.cfg.StopDelay.Duration, provider.GracePeriod(pod)))
+	stopAt := now.Add(min(p.cfg.StopDelay.Duration, provider.GracePeriod(pod)) + p.cfg.StopOverrun.Duration)
 	if !rec.deleting() {
 		rec.deleted = unixtime.Of(now)
 		rec.stopped = unixtime.Of(stopAt)
@@ -406,6 +412,15 @@ func (p *Provider) DeleteCalls(uid types.UID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.deleteCalls[uid]
+}
+
+// Overlaps is how many times CreatePod replaced an incarnation of the same
+// name that had not stopped yet: two copies of one pod at once, as a back end
+// that keeps its pods apart would run them. A StatefulSet's pod never should.
+func (p *Provider) Overlaps() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.overlaps
 }
 
 // count adds n to (*m)[k], making *m first if it is nil.

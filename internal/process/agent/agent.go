@@ -190,7 +190,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		OperatingSystem:    cfg.OperatingSystem,
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
-		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
+		RemoveUnconfirmedAfter: cfg.RemoveUnconfirmedAfter,
+		Metrics:                metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
 		OnReady: n.partReady,
 	}
 	if cfg.Shared != nil {

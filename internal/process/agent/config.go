@@ -53,8 +53,12 @@ type Config struct {
 	FullResyncPeriod time.Duration
 	// StatusPollInterval is how often a provider without a notifier is polled.
 	StatusPollInterval time.Duration
-	StartupTimeout     time.Duration
-	ClusterDomain      string
+	// RemoveUnconfirmedAfter is pod.Config.RemoveUnconfirmedAfter
+	// (--remove-unconfirmed-after): 0 keeps a deleted pod until the provider
+	// confirms it stopped.
+	RemoveUnconfirmedAfter time.Duration
+	StartupTimeout         time.Duration
+	ClusterDomain          string
 	// MetricsAddr is a loopback address serving the agent's metrics and profiles
 	// without authentication, for local debugging and vkubeletctl bench; "" disables
 	// it. Elsewhere /metrics is scraped on the kubelet port, authorized as
