@@ -86,7 +86,16 @@ func (f *fakeProvider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, 
 	return p.DeepCopy(), nil
 }
 
+// GetPodStatus fails once after failNext["GetPodStatus"] is set; it is not
+// recorded in calls, which the tests read for the calls that change pods.
 func (f *fakeProvider) GetPodStatus(ctx context.Context, ns, name string) (*corev1.PodStatus, error) {
+	f.mu.Lock()
+	err := f.failNext["GetPodStatus"]
+	delete(f.failNext, "GetPodStatus")
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	p, err := f.GetPod(ctx, ns, name)
 	if err != nil {
 		return nil, err

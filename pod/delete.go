@@ -77,6 +77,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 
 	gone := !inProvider
 	last := st.notified
+	var unknown error // why the provider's word on the pod is missing
 	if inProvider {
 		done := c.metrics.observeProviderCall("GetPodStatus")
 		status, err := c.provider.GetPodStatus(ctx, ns, name)
@@ -87,6 +88,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 		case err == nil:
 			gone, last = stopped(status), status
 		default:
+			unknown = err
 			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
 		}
 	}
@@ -101,7 +103,7 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
 		return nil
 	}
-	if !gone && !c.removeUnconfirmed(p, st, -remaining) {
+	if !gone && !c.removeUnconfirmed(p, st, -remaining, unknown) {
 		// At most one copy: as the kubelet removes a deleted pod only once its
 		// containers have stopped, the pod stays Terminating until the
 		// provider says it stopped, and a StatefulSet starts its replacement
@@ -159,8 +161,9 @@ func (c *Controller) removeHandler(ctx context.Context, key string) (err error) 
 // removeUnconfirmed reports whether deleting pod p, whose grace period ended
 // overdue ago and which the provider has not confirmed stopped, leaves the API
 // all the same: only past the node's RemoveUnconfirmedAfter, if it has one.
-// Otherwise it says once, with a Warning Event, why the pod stays Terminating.
-func (c *Controller) removeUnconfirmed(p *corev1.Pod, st podState, overdue time.Duration) bool {
+// Otherwise it says once, with a Warning Event, why the pod stays Terminating:
+// with unknown, the error that kept the provider's status from the node.
+func (c *Controller) removeUnconfirmed(p *corev1.Pod, st podState, overdue time.Duration, unknown error) bool {
 	key := keyOf(p)
 	if c.removeUnconfirmedAfter > 0 && overdue >= c.removeUnconfirmedAfter {
 		c.log.Warn("removing a deleted pod the provider has not confirmed stopped (--remove-unconfirmed-after)",
@@ -172,8 +175,12 @@ func (c *Controller) removeUnconfirmed(p *corev1.Pod, st podState, overdue time.
 	}
 	if !st.stopOverdue {
 		c.log.Warn("grace period over and the provider has not confirmed the pod stopped; it stays Terminating until it does", "pod", key)
-		c.recorder.Event(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
-			"The grace period is over and the provider has not confirmed that the pod stopped: it stays Terminating until the provider does (kubectl delete --force removes it from the API without that)")
+		said := "the provider has not confirmed that the pod stopped"
+		if unknown != nil {
+			said = fmt.Sprintf("the provider's status of the pod cannot be read (%v)", unknown)
+		}
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
+			"The grace period is over and %s: it stays Terminating until the provider confirms it stopped (kubectl delete --force removes it from the API without that)", said)
 		c.state.update(key, func(s *podState) { s.stopOverdue = true })
 	}
 	return false

@@ -111,6 +111,31 @@ func TestADeletedPodStaysUntilTheProviderConfirmsItStopped(t *testing.T) {
 	}
 }
 
+// A provider whose status cannot be read leaves the pod Terminating too, and
+// the node's warning says what the provider answered.
+func TestAnUnreadableProviderKeepsTheDeletedPodAndSaysWhy(t *testing.T) {
+	f := newFixture(t)
+	pod := deletingPod("a", f.clock.Now(), 5)
+	f.client = fake.NewClientset(pod)
+	f.runningInProvider(pod)
+	f.start()
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	<-f.recorder.Events // Killing
+	f.clock.Step(6 * time.Second)
+	f.provider.failNext["GetPodStatus"] = errors.New("connection refused")
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("removed while the provider's status could not be read: %v", w)
+	}
+	if ev := nextEvent(f); !strings.Contains(ev, "the provider's status of the pod cannot be read (connection refused)") {
+		t.Fatalf("event = %q, want the warning with the provider's error", ev)
+	}
+}
+
 // With RemoveUnconfirmedAfter, a node gives the promise up for pods its
 // provider never confirms stopped: removed that long after the grace period.
 func TestRemoveUnconfirmedAfterBoundsTheWait(t *testing.T) {
