@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
@@ -763,6 +764,48 @@ func stopBehindTheProvidersBack(t *testing.T, sandbox string) {
 	if _, err := runtimeapi.NewRuntimeServiceClient(conn).StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sandbox}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A pod whose sandbox was removed behind the provider's back (crictl rmp)
+// stops at once when deleted: the runtime's "not found" is the stop the node
+// waits for, not a failure to retry for good.
+func TestAPodWhoseSandboxIsGoneIsDeleted(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	pod := busyboxPod("vanished", sleepForever)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever // no new sandbox once it is gone
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	old := sandboxes(t)
+	stopBehindTheProvidersBack(t, old[0].Id)
+	waitStatus(t, p, pod, 2*time.Minute, "Failed", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodFailed })
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	waitFor(t, time.Minute, "the sandbox removed behind the provider's back", func() (bool, string) {
+		// As crictl rmp: stopped (again: the network's teardown may have
+		// failed the first time), then removed.
+		if _, err := rt.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: old[0].Id}); err != nil {
+			return false, err.Error()
+		}
+		_, err := rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: old[0].Id})
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "the pod gone from the provider", func() (bool, string) {
+		st, err := p.GetPodStatus(context.Background(), pod.Namespace, pod.Name)
+		if err != nil {
+			return errdefs.IsNotFound(err), err.Error()
+		}
+		return false, describe(st)
+	})
 }
 
 // logsOf reads a container's log through the provider.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -41,33 +43,14 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 	p.mu.Lock()
 	pod := rec.pod
 	p.mu.Unlock()
-	if rec.sandboxID != "" {
-		if err := p.refresh(ctx, rec, pod); err != nil {
-			p.log.Warn("reading pod state to stop it", "pod", rec.key, "err", err)
-			return false
-		}
-		p.stopAll(ctx, rec, pod, deleteBy)
-		if err := p.refresh(ctx, rec, pod); err != nil {
-			return false
-		}
-		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		if _, err := p.runtime.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil {
-			cancel()
-			p.log.Warn("stopping sandbox", "pod", rec.key, "err", err)
-			return false
-		}
-		if _, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil {
-			cancel()
-			p.log.Warn("removing sandbox", "pod", rec.key, "err", err)
-			return false
-		}
-		cancel()
+	if rec.sandboxID != "" && !p.stopSandbox(ctx, rec, pod, deleteBy) {
+		return false
 	}
 	for len(rec.oldSandboxes) > 0 {
 		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		_, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.oldSandboxes[0]})
 		cancel()
-		if err != nil {
+		if err != nil && !sandboxGone(err) {
 			p.log.Warn("removing an earlier sandbox", "pod", rec.key, "sandbox", rec.oldSandboxes[0], "err", err)
 			return false
 		}
@@ -90,6 +73,41 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 	p.log.Info("pod stopped and removed", "pod", rec.key, "uid", rec.uid)
 	return true
 }
+
+// stopSandbox stops the containers of the pod's current sandbox (stopAll),
+// then the sandbox, and removes it. It returns false if the runtime failed
+// it, to be tried again. A sandbox the runtime no longer has (removed behind
+// the provider's back, by crictl rmp say) took its containers with it: the
+// pod has stopped, and asking again would keep it Terminating for good.
+func (p *Provider) stopSandbox(ctx context.Context, rec *podRecord, pod *corev1.Pod, deleteBy time.Time) bool {
+	if err := p.refresh(ctx, rec, pod); err != nil {
+		if sandboxGone(err) {
+			p.log.Info("the pod's sandbox is gone from the runtime already", "pod", rec.key, "sandbox", rec.sandboxID)
+			return true
+		}
+		p.log.Warn("reading pod state to stop it", "pod", rec.key, "err", err)
+		return false
+	}
+	p.stopAll(ctx, rec, pod, deleteBy)
+	if err := p.refresh(ctx, rec, pod); err != nil && !sandboxGone(err) {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	if _, err := p.runtime.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !sandboxGone(err) {
+		p.log.Warn("stopping sandbox", "pod", rec.key, "err", err)
+		return false
+	}
+	if _, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !sandboxGone(err) {
+		p.log.Warn("removing sandbox", "pod", rec.key, "err", err)
+		return false
+	}
+	return true
+}
+
+// sandboxGone reports whether a runtime call failed because the sandbox it
+// names does not exist.
+func sandboxGone(err error) bool { return grpcstatus.Code(err) == codes.NotFound }
 
 // stopAll stops the pod's running containers at once, each after its preStop
 // hook and the sidecars in their turn (stopOrder), all by deleteBy, a deadline a
