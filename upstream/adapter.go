@@ -254,7 +254,11 @@ func (a *Adapter) GetPod(ctx context.Context, namespace, name string) (*corev1.P
 	}
 	unlock()
 	if err != nil {
-		if last := a.lastNotified(namespace, name, err); last != nil {
+		last, gone := a.lastNotified(namespace, name, err)
+		switch {
+		case gone:
+			return nil, errGone(namespace, name)
+		case last != nil:
 			return last, nil
 		}
 		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, fromUpstream(err))
@@ -274,7 +278,11 @@ func (a *Adapter) GetPodStatus(ctx context.Context, namespace, name string) (*co
 	}
 	unlock()
 	if err != nil {
-		if last := a.lastNotified(namespace, name, err); last != nil {
+		last, gone := a.lastNotified(namespace, name, err)
+		switch {
+		case gone:
+			return nil, errGone(namespace, name)
+		case last != nil:
 			return &last.Status, nil
 		}
 		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, fromUpstream(err))
@@ -286,16 +294,23 @@ func (a *Adapter) GetPodStatus(ctx context.Context, namespace, name string) (*co
 }
 
 // lastNotified is the pod's last notification, for a notifying provider whose
-// GetPod or GetPodStatus failed with err other than NotFound; else nil.
-func (a *Adapter) lastNotified(namespace, name string, err error) *corev1.Pod {
+// GetPod or GetPodStatus failed with err other than NotFound; else nil. gone
+// reports a pod deleted in such a provider long enough ago (notified.get).
+func (a *Adapter) lastNotified(namespace, name string, err error) (last *corev1.Pod, gone bool) {
 	if a.notified == nil || errdefs.IsNotFound(fromUpstream(err)) {
-		return nil
+		return nil, false
 	}
-	last := a.notified.get(namespace, name)
+	last, gone = a.notified.get(namespace, name)
 	if last != nil {
 		a.log.Debug("the provider cannot read the pod; its last notification answers", "pod", namespace+"/"+name, "error", err)
 	}
-	return last
+	return last, gone
+}
+
+// errGone answers for a pod deleted in a notifying provider that cannot read
+// its pods, once its grace period and a minute are over.
+func errGone(namespace, name string) error {
+	return errdefs.NotFound("pod %s/%s: deleted in the provider, which cannot read its pods, past its grace period and %s: taken as stopped", namespace, name, forgetAfter)
 }
 
 // GetPods returns copies of the provider's pods.

@@ -24,14 +24,18 @@ type notified struct {
 }
 
 type notifiedPod struct {
-	pod *corev1.Pod
-	// forgetAt, once the pod is deleted in the provider, is when the entry
-	// goes: after the grace period in which vkubelet waits for it to stop.
+	pod *corev1.Pod // nil for a pod deleted before any notification
+	// forgetAt, once the pod is deleted in the provider, is when its last
+	// notification stops answering: after the grace period in which vkubelet
+	// waits for it to stop. From then on the pod is answered for as gone
+	// (upstream's contract: a DeletePod that succeeded has deleted the pod),
+	// for forgetAfter more, and then the entry goes.
 	forgetAt time.Time
 }
 
 // forgetAfter is how long past its grace period a deleted pod's last
-// notification is kept.
+// notification is kept, and then how long it is answered for as gone: vkubelet
+// reads a deleting pod's status every few seconds.
 const forgetAfter = time.Minute
 
 func newNotified(now func() time.Time) *notified {
@@ -47,14 +51,21 @@ func (n *notified) remember(p *corev1.Pod) {
 	n.pods[key] = notifiedPod{pod: p, forgetAt: old.forgetAt}
 }
 
-// get returns a copy of the pod's last notification, or nil.
-func (n *notified) get(namespace, name string) *corev1.Pod {
+// get returns a copy of the pod's last notification, or nil; gone reports a
+// pod deleted in the provider whose notifications no longer answer, for one
+// whose last notification did not say it stopped (no container statuses, say)
+// would otherwise stay Terminating for good.
+func (n *notified) get(namespace, name string) (p *corev1.Pod, gone bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if e, ok := n.pods[types.NamespacedName{Namespace: namespace, Name: name}]; ok {
-		return e.pod.DeepCopy()
+	e, ok := n.pods[types.NamespacedName{Namespace: namespace, Name: name}]
+	if !ok {
+		return nil, false
 	}
-	return nil
+	if !e.forgetAt.IsZero() && !n.now().Before(e.forgetAt) {
+		return nil, true
+	}
+	return e.pod.DeepCopy(), false
 }
 
 // created forgets what an earlier pod of the same name was reported as.
@@ -71,12 +82,13 @@ func (n *notified) deleted(pod *corev1.Pod) {
 	defer n.mu.Unlock()
 	now := n.now()
 	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
-	if e, ok := n.pods[key]; ok {
+	e := n.pods[key] // a pod never notified is answered for as gone too
+	if e.forgetAt.IsZero() {
 		e.forgetAt = now.Add(provider.GracePeriod(pod) + forgetAfter)
 		n.pods[key] = e
 	}
 	for k, e := range n.pods {
-		if !e.forgetAt.IsZero() && now.After(e.forgetAt) {
+		if !e.forgetAt.IsZero() && now.After(e.forgetAt.Add(forgetAfter)) {
 			delete(n.pods, k)
 		}
 	}

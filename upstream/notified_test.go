@@ -99,6 +99,63 @@ func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T
 	}
 }
 
+// A pod deleted in a notifying provider that cannot read its pods, whose last
+// notification does not say it stopped (no container statuses), or that was
+// never notified at all, is answered for as gone once its grace period and
+// forgetAfter are over: upstream took a DeletePod that succeeded as the pod
+// deleted, and vkubelet, which waits for the stop, would wait for good.
+func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T) {
+	ctx := context.Background()
+	f := &notifyingFake{fakeProvider: newFake()}
+	f.readErr = errors.New("NOT IMPLEMENTED")
+	now := time.Unix(1000, 0)
+	h, err := Wrap(Config{StatusFromNotifications: true}, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.(notifyingAdapter).now = func() time.Time { return now }
+	h.(provider.PodNotifier).NotifyPods(ctx, func(*corev1.Pod) {})
+
+	pending, silent := testPod("pending"), testPod("silent")
+	for _, p := range []*corev1.Pod{pending, silent} {
+		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+		if err := h.CreatePod(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notice := pending.DeepCopy()
+	notice.Status.Phase = corev1.PodPending
+	f.notify(notice)
+	for _, p := range []*corev1.Pod{pending, silent} {
+		if err := h.DeletePod(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(30*time.Second + forgetAfter - time.Second)
+	if st, err := h.GetPodStatus(ctx, "ns", "pending"); err != nil || st.Phase != corev1.PodPending {
+		t.Fatalf("within its time: %v, %v; want the last notification", st, err)
+	}
+	if _, err := h.GetPodStatus(ctx, "ns", "silent"); err == nil || errdefs.IsNotFound(err) {
+		t.Fatalf("a pod never notified, within its time: %v; want the provider's error", err)
+	}
+	now = now.Add(time.Second)
+	for _, name := range []string{"pending", "silent"} {
+		if _, err := h.GetPodStatus(ctx, "ns", name); !errdefs.IsNotFound(err) {
+			t.Errorf("%s once its time is up: %v, want NotFound", name, err)
+		}
+		if _, err := h.GetPod(ctx, "ns", name); !errdefs.IsNotFound(err) {
+			t.Errorf("GetPod of %s once its time is up: %v, want NotFound", name, err)
+		}
+	}
+	// A new pod of the name is the provider's to answer for again.
+	if err := h.CreatePod(ctx, testPod("pending")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.GetPodStatus(ctx, "ns", "pending"); err == nil || errdefs.IsNotFound(err) {
+		t.Fatalf("a new pod of the name: %v, want the provider's error", err)
+	}
+}
+
 // A provider that cannot read its pods is still asked for a container's logs,
 // as upstream's node asked it; a pod it says it lacks is NotFound before.
 func TestStreamsAreAskedOfAProviderThatCannotReadItsPods(t *testing.T) {
