@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 )
 
 // deleteHandler stops a pod the API is deleting (or has deleted) and, once the
-// provider confirms or the grace period is over, hands it to removeHandler.
+// provider confirms that it stopped (or, with RemoveUnconfirmedAfter, that
+// long after its grace period), hands it to removeHandler.
 func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) {
 	unlock := c.state.lock(key)
 	defer unlock()
@@ -89,28 +91,29 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 			gone, last = stopped(status), status
 		default:
 			unknown = err
-			c.log.Warn("cannot read status of a deleting pod", "pod", key, "error", err)
+			// Said at each poll until the grace period is over; then the
+			// StopNotConfirmed Event says it once, and a provider away for
+			// hours does not fill the log.
+			level := slog.LevelWarn
+			if st.stopOverdue {
+				level = slog.LevelDebug
+			}
+			c.log.Log(ctx, level, "cannot read status of a deleting pod", "pod", key, "error", err)
 		}
 	}
-	remaining := p.DeletionTimestamp.Time.Sub(c.clock.Now())
-	if len(p.Finalizers) > 0 {
-		// The status of a pod a finalizer keeps stays in the API: a moment
-		// past the grace period, the provider's own account of the kill
-		// (exit codes, times) is worth waiting for.
-		remaining += killReportWait
-	}
-	if !gone && remaining > 0 {
-		c.deleteQueue.AddAfter(key, min(remaining, c.pollInterval))
+	overdue := c.clock.Since(p.DeletionTimestamp.Time) // negative within the grace period
+	if !gone && overdue < 0 {
+		c.deleteQueue.AddAfter(key, min(-overdue, c.pollInterval))
 		return nil
 	}
-	if !gone && !c.removeUnconfirmed(p, st, -remaining, unknown) {
+	if !gone && !c.removeUnconfirmed(p, st, overdue, unknown) {
 		// At most one copy: as the kubelet removes a deleted pod only once its
 		// containers have stopped, the pod stays Terminating until the
 		// provider says it stopped, and a StatefulSet starts its replacement
 		// only then. Asked again at each poll.
 		again := c.pollInterval
 		if c.removeUnconfirmedAfter > 0 {
-			again = min(again, c.removeUnconfirmedAfter+remaining)
+			again = min(again, c.removeUnconfirmedAfter-overdue)
 		}
 		c.deleteQueue.AddAfter(key, again)
 		return nil
@@ -124,13 +127,23 @@ func (c *Controller) deleteHandler(ctx context.Context, key string) (err error) 
 			return err
 		}
 	}
+	if !gone {
+		// Said once the status write above, which may fail and be retried,
+		// is done.
+		c.log.Warn("removing a deleted pod the provider has not confirmed stopped (--remove-unconfirmed-after)",
+			"pod", key, "overdue", overdue)
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
+			"Removed from the API %s after its grace period without the provider's confirmation that it stopped (the node's remove-unconfirmed-after setting)",
+			overdue.Round(time.Second))
+	}
 	c.removable.add(key, p.UID)
 	c.removeQueue.Add(key)
 	return nil
 }
 
 // removeHandler removes from the API a deleting pod that deleteHandler found
-// stopped in the provider, or past its grace period, if it is still that pod.
+// stopped in the provider (or past RemoveUnconfirmedAfter), if it is still
+// that pod.
 func (c *Controller) removeHandler(ctx context.Context, key string) (err error) {
 	unlock := c.state.lock(key)
 	defer unlock()
@@ -162,33 +175,30 @@ func (c *Controller) removeHandler(ctx context.Context, key string) (err error) 
 // overdue ago and which the provider has not confirmed stopped, leaves the API
 // all the same: only past the node's RemoveUnconfirmedAfter, if it has one.
 // Otherwise it says once, with a Warning Event, why the pod stays Terminating:
-// with unknown, the error that kept the provider's status from the node.
+// with unknown, the error that kept the provider's status from the node. (A
+// finalizer's pod gets no more wait than another: its final status carries
+// the provider's last report, and ContainerStatusUnknown for what it lacks.)
 func (c *Controller) removeUnconfirmed(p *corev1.Pod, st podState, overdue time.Duration, unknown error) bool {
-	key := keyOf(p)
-	if c.removeUnconfirmedAfter > 0 && overdue >= c.removeUnconfirmedAfter {
-		c.log.Warn("removing a deleted pod the provider has not confirmed stopped (--remove-unconfirmed-after)",
-			"pod", key, "overdue", overdue)
-		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
-			"Removed from the API %s after its grace period without the provider's confirmation that it stopped (the node's remove-unconfirmed-after setting)",
-			overdue.Round(time.Second))
+	bounded := c.removeUnconfirmedAfter > 0
+	if bounded && overdue >= c.removeUnconfirmedAfter {
 		return true
 	}
 	if !st.stopOverdue {
-		c.log.Warn("grace period over and the provider has not confirmed the pod stopped; it stays Terminating until it does", "pod", key)
+		key := keyOf(p)
+		c.log.Warn("grace period over and the provider has not confirmed the pod stopped; it stays Terminating", "pod", key)
 		said := "the provider has not confirmed that the pod stopped"
 		if unknown != nil {
 			said = fmt.Sprintf("the provider's status of the pod cannot be read (%v)", unknown)
 		}
-		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonStopNotConfirmed,
-			"The grace period is over and %s: it stays Terminating until the provider confirms it stopped (kubectl delete --force removes it from the API without that)", said)
+		until := "until the provider confirms it stopped (kubectl delete --force removes it from the API without that)"
+		if bounded {
+			until = fmt.Sprintf("until the provider confirms it stopped, or for %s (the node's remove-unconfirmed-after setting)", c.removeUnconfirmedAfter)
+		}
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonStopNotConfirmed, "The grace period is over and %s: it stays Terminating %s", said, until)
 		c.state.update(key, func(s *podState) { s.stopOverdue = true })
 	}
 	return false
 }
-
-// killReportWait is how long past its grace period the node waits for the
-// provider to report a deleted pod stopped, when a finalizer keeps the pod.
-const killReportWait = 5 * time.Second
 
 // finalStatus is the status of deleted pod p once stopped, from last, the
 // provider's last word on it (nil if none): each container not known to have

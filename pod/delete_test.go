@@ -75,7 +75,9 @@ func TestADeletedPodStaysUntilTheProviderConfirmsItStopped(t *testing.T) {
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
-	<-f.recorder.Events // Killing
+	if ev := nextEvent(f); !strings.HasPrefix(ev, "Normal Killing") {
+		t.Fatalf("event = %q, want Killing", ev)
+	}
 	f.clock.Step(6 * time.Second)
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
@@ -122,7 +124,9 @@ func TestAnUnreadableProviderKeepsTheDeletedPodAndSaysWhy(t *testing.T) {
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
-	<-f.recorder.Events // Killing
+	if ev := nextEvent(f); !strings.HasPrefix(ev, "Normal Killing") {
+		t.Fatalf("event = %q, want Killing", ev)
+	}
 	f.clock.Step(6 * time.Second)
 	f.provider.failNext["GetPodStatus"] = errors.New("connection refused")
 	if err := f.handleDelete("ns/a"); err != nil {

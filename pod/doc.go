@@ -20,8 +20,10 @@
 //     tells our own writes coming back through the watch from others' changes.
 //     statusmerge.go merges the provider's status into the API's.
 //   - delete.go: once a deletion is requested, DeletePod; once the provider
-//     confirms or the grace period has passed, removal from the API, a stage
-//     of its own (removeHandler, on the removal queue).
+//     confirms the pod stopped (at most one copy of a pod: it stays
+//     Terminating until then, unless RemoveUnconfirmedAfter bounds the wait),
+//     removal from the API, a stage of its own (removeHandler, on the removal
+//     queue).
 //   - reconcile.go: at start, what the provider already runs.
 //
 // The kubelet's rules the statuses follow are in files named for them:

@@ -43,7 +43,7 @@ func (c *Controller) statusHandler(ctx context.Context, key string) (err error) 
 		return nil // not (yet) in the provider, or finished for good
 	}
 	if c.removable.has(key, cached.UID) {
-		return nil // stopped (or past its grace period) and on its way out of the API
+		return nil // stopped (or past RemoveUnconfirmedAfter) and on its way out of the API
 	}
 	// The status and the few metadata fields below are all this handler reads.
 	p, err := cached.WithStatus()

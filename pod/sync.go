@@ -21,16 +21,13 @@ import (
 
 // Event reasons the controller records on pods.
 const (
-	ReasonProviderFailed = "ProviderFailed"  // a provider call failed; the message says which and why
-	ReasonProviderLost   = "ProviderLost"    // the provider lost a pod whose restart policy forbids starting it again
-	ReasonUpdated        = "ProviderUpdated" // the provider accepted a change of an updatable field
-	ReasonKilling        = "Killing"         // the provider was asked to stop the pod (the kubelet's reason)
-	// ReasonStopNotConfirmed: a deleted pod's grace period is over and the
-	// provider has not confirmed that it stopped, so it stays Terminating (or,
-	// with RemoveUnconfirmedAfter, was removed without that).
-	ReasonStopNotConfirmed = "StopNotConfirmed"
-	ReasonFailed           = "Failed"      // the pod's spec cannot be resolved, or a container could not be created or started (the kubelet's reason)
-	ReasonFailedMount      = "FailedMount" // a running pod's volumes cannot be refreshed (the kubelet's reason)
+	ReasonProviderFailed   = "ProviderFailed"   // a provider call failed; the message says which and why
+	ReasonProviderLost     = "ProviderLost"     // the provider lost a pod whose restart policy forbids starting it again
+	ReasonUpdated          = "ProviderUpdated"  // the provider accepted a change of an updatable field
+	ReasonKilling          = "Killing"          // the provider was asked to stop the pod (the kubelet's reason)
+	ReasonStopNotConfirmed = "StopNotConfirmed" // a deleted pod's grace period is over and the provider has not confirmed it stopped (or, past RemoveUnconfirmedAfter, it was removed without that)
+	ReasonFailed           = "Failed"           // the pod's spec cannot be resolved, or a container could not be created or started (the kubelet's reason)
+	ReasonFailedMount      = "FailedMount"      // a running pod's volumes cannot be refreshed (the kubelet's reason)
 
 	// ReasonCreateContainerConfigError is the kubelet's waiting reason of containers
 	// whose configuration (env, volumes) references something missing.

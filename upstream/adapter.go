@@ -42,7 +42,9 @@ type Config struct {
 	// another error than NotFound: for a provider that, as upstream's pod
 	// controller allowed, reports its pods only by notification (interLink's
 	// virtual kubelet answers both with an error). It costs a copy of each
-	// pod, so it is off unless asked for.
+	// pod, so it is off unless asked for. A deleted pod whose last
+	// notification never showed a container running or ended is answered for
+	// as NotFound (stopped) a minute past its grace period (notified.get).
 	StatusFromNotifications bool
 	// Logger; nil discards.
 	Logger *slog.Logger

@@ -25,18 +25,23 @@ type notified struct {
 
 type notifiedPod struct {
 	pod *corev1.Pod // nil for a pod deleted before any notification
-	// forgetAt, once the pod is deleted in the provider, is when its last
-	// notification stops answering: after the grace period in which vkubelet
-	// waits for it to stop. From then on the pod is answered for as gone
-	// (upstream's contract: a DeletePod that succeeded has deleted the pod),
-	// for forgetAfter more, and then the entry goes.
+	// forgetAt, once the pod is deleted in the provider, is when a last
+	// notification that never showed a container running or ended stops
+	// answering: the pod is answered for as gone from then on (upstream's
+	// contract: a DeletePod that succeeded has deleted the pod), until goneFor
+	// later the entry goes. A pod last notified running keeps answering so,
+	// and stays Terminating until the provider notifies its stop.
 	forgetAt time.Time
 }
 
 // forgetAfter is how long past its grace period a deleted pod's last
-// notification is kept, and then how long it is answered for as gone: vkubelet
-// reads a deleting pod's status every few seconds.
+// notification that never showed it run answers for it.
 const forgetAfter = time.Minute
+
+// goneFor is how long after forgetAt a deleted pod is answered for as gone
+// before its entry goes: far longer than vkubelet takes to read a deleting
+// pod's status again (every --status-poll-interval), so it is not missed.
+const goneFor = 10 * time.Minute
 
 func newNotified(now func() time.Time) *notified {
 	return &notified{now: now, pods: map[types.NamespacedName]notifiedPod{}}
@@ -62,10 +67,26 @@ func (n *notified) get(namespace, name string) (p *corev1.Pod, gone bool) {
 	if !ok {
 		return nil, false
 	}
-	if !e.forgetAt.IsZero() && !n.now().Before(e.forgetAt) {
+	if !e.forgetAt.IsZero() && !n.now().Before(e.forgetAt) && !ran(e.pod) {
 		return nil, true
 	}
 	return e.pod.DeepCopy(), false
+}
+
+// ran reports whether notified pod p (nil if none came) showed a container
+// running or ended: a pod that did may still run, whatever the time.
+func ran(p *corev1.Pod) bool {
+	if p == nil {
+		return false
+	}
+	for _, cs := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range cs {
+			if c.State.Running != nil || c.State.Terminated != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // created forgets what an earlier pod of the same name was reported as.
@@ -88,7 +109,7 @@ func (n *notified) deleted(pod *corev1.Pod) {
 		n.pods[key] = e
 	}
 	for k, e := range n.pods {
-		if !e.forgetAt.IsZero() && now.After(e.forgetAt.Add(forgetAfter)) {
+		if !e.forgetAt.IsZero() && now.After(e.forgetAt.Add(goneFor)) {
 			delete(n.pods, k)
 		}
 	}

@@ -100,10 +100,11 @@ func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T
 }
 
 // A pod deleted in a notifying provider that cannot read its pods, whose last
-// notification does not say it stopped (no container statuses), or that was
-// never notified at all, is answered for as gone once its grace period and
-// forgetAfter are over: upstream took a DeletePod that succeeded as the pod
-// deleted, and vkubelet, which waits for the stop, would wait for good.
+// notification never showed a container running or ended (no container
+// statuses), or that was never notified at all, is answered for as gone once
+// its grace period and forgetAfter are over: upstream took a DeletePod that
+// succeeded as the pod deleted, and vkubelet, which waits for the stop, would
+// wait for good. A pod last notified running may still run: it is not.
 func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T) {
 	ctx := context.Background()
 	f := &notifyingFake{fakeProvider: newFake()}
@@ -116,8 +117,8 @@ func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T
 	h.(notifyingAdapter).now = func() time.Time { return now }
 	h.(provider.PodNotifier).NotifyPods(ctx, func(*corev1.Pod) {})
 
-	pending, silent := testPod("pending"), testPod("silent")
-	for _, p := range []*corev1.Pod{pending, silent} {
+	pending, silent, running := testPod("pending"), testPod("silent"), testPod("running")
+	for _, p := range []*corev1.Pod{pending, silent, running} {
 		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
 		if err := h.CreatePod(ctx, p); err != nil {
 			t.Fatal(err)
@@ -126,7 +127,11 @@ func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T
 	notice := pending.DeepCopy()
 	notice.Status.Phase = corev1.PodPending
 	f.notify(notice)
-	for _, p := range []*corev1.Pod{pending, silent} {
+	notice = running.DeepCopy()
+	notice.Status.Phase = corev1.PodRunning
+	notice.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	f.notify(notice)
+	for _, p := range []*corev1.Pod{pending, silent, running} {
 		if err := h.DeletePod(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -146,6 +151,17 @@ func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T
 		if _, err := h.GetPod(ctx, "ns", name); !errdefs.IsNotFound(err) {
 			t.Errorf("GetPod of %s once its time is up: %v, want NotFound", name, err)
 		}
+	}
+	if st, err := h.GetPodStatus(ctx, "ns", "running"); err != nil || st.Phase != corev1.PodRunning {
+		t.Errorf("a pod last notified running, once its time is up: %v, %v; want its last notification", st, err)
+	}
+	// Still gone well after, through another deletion's sweep.
+	now = now.Add(goneFor - time.Second)
+	if err := h.DeletePod(ctx, testPod("other")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.GetPodStatus(ctx, "ns", "silent"); !errdefs.IsNotFound(err) {
+		t.Errorf("silent, %s later: %v, want NotFound", goneFor, err)
 	}
 	// A new pod of the name is the provider's to answer for again.
 	if err := h.CreatePod(ctx, testPod("pending")); err != nil {

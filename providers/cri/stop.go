@@ -50,7 +50,7 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		_, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.oldSandboxes[0]})
 		cancel()
-		if err != nil && !sandboxGone(err) {
+		if err != nil && !notFound(err) {
 			p.log.Warn("removing an earlier sandbox", "pod", rec.key, "sandbox", rec.oldSandboxes[0], "err", err)
 			return false
 		}
@@ -81,7 +81,9 @@ func (p *Provider) killPod(ctx context.Context, rec *podRecord, deleteBy time.Ti
 // pod has stopped, and asking again would keep it Terminating for good.
 func (p *Provider) stopSandbox(ctx context.Context, rec *podRecord, pod *corev1.Pod, deleteBy time.Time) bool {
 	if err := p.refresh(ctx, rec, pod); err != nil {
-		if sandboxGone(err) {
+		// The NotFound may be a container's, removed between the listing
+		// and its status: only the sandbox's own answer says it is gone.
+		if notFound(err) && p.sandboxGone(ctx, rec.sandboxID) {
 			p.log.Info("the pod's sandbox is gone from the runtime already", "pod", rec.key, "sandbox", rec.sandboxID)
 			return true
 		}
@@ -89,25 +91,33 @@ func (p *Provider) stopSandbox(ctx context.Context, rec *podRecord, pod *corev1.
 		return false
 	}
 	p.stopAll(ctx, rec, pod, deleteBy)
-	if err := p.refresh(ctx, rec, pod); err != nil && !sandboxGone(err) {
+	if err := p.refresh(ctx, rec, pod); err != nil && !notFound(err) {
 		return false
 	}
 	rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	if _, err := p.runtime.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !sandboxGone(err) {
+	if _, err := p.runtime.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !notFound(err) {
 		p.log.Warn("stopping sandbox", "pod", rec.key, "err", err)
 		return false
 	}
-	if _, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !sandboxGone(err) {
+	if _, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !notFound(err) {
 		p.log.Warn("removing sandbox", "pod", rec.key, "err", err)
 		return false
 	}
 	return true
 }
 
-// sandboxGone reports whether a runtime call failed because the sandbox it
-// names does not exist.
-func sandboxGone(err error) bool { return grpcstatus.Code(err) == codes.NotFound }
+// notFound reports whether a runtime call failed because what it names (a
+// sandbox, or a container) does not exist.
+func notFound(err error) bool { return grpcstatus.Code(err) == codes.NotFound }
+
+// sandboxGone reports whether the runtime says it has no sandbox id.
+func (p *Provider) sandboxGone(ctx context.Context, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	_, err := p.runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	return notFound(err)
+}
 
 // stopAll stops the pod's running containers at once, each after its preStop
 // hook and the sidecars in their turn (stopOrder), all by deleteBy, a deadline a

@@ -189,9 +189,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Client: client, NodeName: cfg.NodeName, Provider: p, Workers: cfg.PodSyncWorkers, PodWatch: scope,
 		OperatingSystem:    cfg.OperatingSystem,
 		StatusWorkers:      cfg.PodStatusWorkers,
-		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod,
-		RemoveUnconfirmedAfter: cfg.RemoveUnconfirmedAfter,
-		Metrics:                metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
+		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod, RemoveUnconfirmedAfter: cfg.RemoveUnconfirmedAfter,
+		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
 		OnReady: n.partReady,
 	}
 	if cfg.Shared != nil {
