@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -185,8 +187,14 @@ func (e *Env) Stop() {
 			rt := runtimeapi.NewRuntimeServiceClient(conn)
 			if list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
 				for _, s := range list.Items {
-					_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
-					_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
+					// A second stop often clears what failed the first
+					// removal (a CNI teardown of a network gone already).
+					for range 3 {
+						_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
+						if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id}); err == nil {
+							break
+						}
+					}
 					RemovePodCgroups(s.GetMetadata().GetUid())
 				}
 			}
@@ -200,6 +208,7 @@ func (e *Env) Stop() {
 			_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
 			<-e.done
 		}
+		e.killShims()
 	}
 	if e.forwarder != nil {
 		_ = e.forwarder.Close()
@@ -214,6 +223,58 @@ func (e *Env) Stop() {
 	}
 	// Snapshots that containerd left mounted would make RemoveAll fail.
 	_ = RemoveAllMounted(e.Dir)
+}
+
+// killShims kills the shims this containerd started, with whatever runs under
+// them. A shim leaves containerd's process group on purpose (containers run on
+// across a restart of containerd), so stopping containerd leaves it running,
+// idle for good, wherever a sandbox could not be removed first (a failed CNI
+// teardown, a containerd that would not answer).
+func (e *Env) killShims() {
+	children := map[int][]int{} // by parent pid
+	var shims []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, stat := range stats {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(stat)))
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentPID(stat); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+		args, err := os.ReadFile(filepath.Join(filepath.Dir(stat), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(string(args), "\x00")
+		if strings.HasPrefix(filepath.Base(argv[0]), "containerd-shim") && slices.Contains(argv, e.Socket) {
+			shims = append(shims, pid)
+		}
+	}
+	for len(shims) > 0 { // each shim, then what it started
+		pid := shims[0]
+		shims = append(shims[1:], children[pid]...)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// parentPID reads the parent's pid from a /proc/<pid>/stat file: the field
+// after the command's name, which is in parentheses and may hold spaces.
+func parentPID(stat string) (int, bool) {
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:])) // state, ppid, ...
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
 }
 
 // RemoveAllMounted removes dir after unmounting whatever a runtime left mounted
