@@ -67,18 +67,7 @@ func assertRemoved(t *testing.T, f *fixture, name string, uid types.UID) {
 // pod until its containers stopped, so that a StatefulSet's replacement never
 // runs beside it. The node says once why the pod stays.
 func TestADeletedPodStaysUntilTheProviderConfirmsItStopped(t *testing.T) {
-	f := newFixture(t)
-	pod := deletingPod("a", f.clock.Now(), 5)
-	f.client = fake.NewClientset(pod)
-	f.runningInProvider(pod)
-	f.start()
-	if err := f.handleDelete("ns/a"); err != nil {
-		t.Fatal(err)
-	}
-	if ev := nextEvent(f); !strings.HasPrefix(ev, "Normal Killing") {
-		t.Fatalf("event = %q, want Killing", ev)
-	}
-	f.clock.Step(6 * time.Second)
+	f := pastGracePeriod(t, 0)
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
@@ -116,18 +105,7 @@ func TestADeletedPodStaysUntilTheProviderConfirmsItStopped(t *testing.T) {
 // A provider whose status cannot be read leaves the pod Terminating too, and
 // the node's warning says what the provider answered.
 func TestAnUnreadableProviderKeepsTheDeletedPodAndSaysWhy(t *testing.T) {
-	f := newFixture(t)
-	pod := deletingPod("a", f.clock.Now(), 5)
-	f.client = fake.NewClientset(pod)
-	f.runningInProvider(pod)
-	f.start()
-	if err := f.handleDelete("ns/a"); err != nil {
-		t.Fatal(err)
-	}
-	if ev := nextEvent(f); !strings.HasPrefix(ev, "Normal Killing") {
-		t.Fatalf("event = %q, want Killing", ev)
-	}
-	f.clock.Step(6 * time.Second)
+	f := pastGracePeriod(t, 0)
 	f.provider.failNext["GetPodStatus"] = errors.New("connection refused")
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
@@ -143,16 +121,7 @@ func TestAnUnreadableProviderKeepsTheDeletedPodAndSaysWhy(t *testing.T) {
 // With RemoveUnconfirmedAfter, a node gives the promise up for pods its
 // provider never confirms stopped: removed that long after the grace period.
 func TestRemoveUnconfirmedAfterBoundsTheWait(t *testing.T) {
-	f := newFixture(t)
-	f.removeUnconfirmedAfter = 30 * time.Second
-	pod := deletingPod("a", f.clock.Now(), 5)
-	f.client = fake.NewClientset(pod)
-	f.runningInProvider(pod)
-	f.start()
-	if err := f.handleDelete("ns/a"); err != nil {
-		t.Fatal(err)
-	}
-	f.clock.Step(6 * time.Second)
+	f := pastGracePeriod(t, 30*time.Second)
 	if err := f.handleDelete("ns/a"); err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +137,31 @@ func TestRemoveUnconfirmedAfterBoundsTheWait(t *testing.T) {
 	for ev := nextEvent(f); ev != ""; ev = nextEvent(f) {
 		events = append(events, ev)
 	}
-	if len(events) != 3 || !strings.HasPrefix(events[2], "Warning StopNotConfirmed Removed from the API 31s after its grace period") {
-		t.Fatalf("events = %q, want Killing, the warning and the removal's", events)
+	if len(events) != 2 || !strings.Contains(events[0], "or for 30s (the node's remove-unconfirmed-after setting)") ||
+		!strings.HasPrefix(events[1], "Warning StopNotConfirmed Removed from the API 31s after its grace period") {
+		t.Fatalf("events = %q, want the warning naming the bound and the removal's", events)
 	}
+}
+
+// pastGracePeriod is a controller with removeUnconfirmedAfter whose provider
+// runs pod ns/a, deleted with a grace period of 5 s, asked to stop it
+// (Killing, the Event taken) and a second past that grace period now.
+func pastGracePeriod(t *testing.T, removeUnconfirmedAfter time.Duration) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	f.removeUnconfirmedAfter = removeUnconfirmedAfter
+	pod := deletingPod("a", f.clock.Now(), 5)
+	f.client = fake.NewClientset(pod)
+	f.runningInProvider(pod)
+	f.start()
+	if err := f.handleDelete("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(f); !strings.HasPrefix(ev, "Normal Killing") {
+		t.Fatalf("event = %q, want Killing", ev)
+	}
+	f.clock.Step(6 * time.Second)
+	return f
 }
 
 // nextEvent is the next event recorded, "" if none is.

@@ -24,15 +24,7 @@ import (
 // NotFound stays NotFound, and a provider that does not notify has no stand-in.
 func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T) {
 	ctx := context.Background()
-	f := &notifyingFake{fakeProvider: newFake()}
-	f.readErr = errors.New("NOT IMPLEMENTED")
-	now := time.Unix(1000, 0)
-	h, err := Wrap(Config{StatusFromNotifications: true}, f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.(notifyingAdapter).now = func() time.Time { return now }
-	h.(provider.PodNotifier).NotifyPods(ctx, func(*corev1.Pod) {})
+	h, f, now := cannotRead(t)
 
 	pod := testPod("a")
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
@@ -60,12 +52,12 @@ func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T
 	stopped := running.DeepCopy()
 	stopped.Status.Phase = corev1.PodSucceeded
 	f.notify(stopped)
-	now = now.Add(30 * time.Second)
+	*now = now.Add(30 * time.Second)
 	if st, err := h.GetPodStatus(ctx, "ns", "a"); err != nil || st.Phase != corev1.PodSucceeded {
 		t.Fatalf("a deleted pod's terminal notification: %v, %v; want Succeeded", st, err)
 	}
 	// Long after its grace period, the next deletion sweeps it away.
-	now = now.Add(2 * time.Minute)
+	*now = now.Add(2 * time.Minute)
 	other := testPod("b")
 	if err := h.DeletePod(ctx, other); err != nil {
 		t.Fatal(err)
@@ -99,14 +91,10 @@ func TestANotifyingProvidersLastNotificationAnswersWhenItCannotRead(t *testing.T
 	}
 }
 
-// A pod deleted in a notifying provider that cannot read its pods, whose last
-// notification never showed a container running or ended (no container
-// statuses), or that was never notified at all, is answered for as gone once
-// its grace period and forgetAfter are over: upstream took a DeletePod that
-// succeeded as the pod deleted, and vkubelet, which waits for the stop, would
-// wait for good. A pod last notified running may still run: it is not.
-func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T) {
-	ctx := context.Background()
+// cannotRead is a notifying fake whose GetPod and GetPodStatus fail, wrapped
+// with StatusFromNotifications on a clock that reads *now.
+func cannotRead(t *testing.T) (provider.PodLifecycleHandler, *notifyingFake, *time.Time) {
+	t.Helper()
 	f := &notifyingFake{fakeProvider: newFake()}
 	f.readErr = errors.New("NOT IMPLEMENTED")
 	now := time.Unix(1000, 0)
@@ -115,7 +103,19 @@ func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T
 		t.Fatal(err)
 	}
 	h.(notifyingAdapter).now = func() time.Time { return now }
-	h.(provider.PodNotifier).NotifyPods(ctx, func(*corev1.Pod) {})
+	h.(provider.PodNotifier).NotifyPods(context.Background(), func(*corev1.Pod) {})
+	return h, f, &now
+}
+
+// A pod deleted in a notifying provider that cannot read its pods, whose last
+// notification never showed a container running or ended (no container
+// statuses), or that was never notified at all, is answered for as gone once
+// its grace period and forgetAfter are over: upstream took a DeletePod that
+// succeeded as the pod deleted, and vkubelet, which waits for the stop, would
+// wait for good. A pod last notified running may still run: it is not.
+func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T) {
+	ctx := context.Background()
+	h, f, now := cannotRead(t)
 
 	pending, silent, running := testPod("pending"), testPod("silent"), testPod("running")
 	for _, p := range []*corev1.Pod{pending, silent, running} {
@@ -136,14 +136,14 @@ func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T
 			t.Fatal(err)
 		}
 	}
-	now = now.Add(30*time.Second + forgetAfter - time.Second)
+	*now = now.Add(30*time.Second + forgetAfter - time.Second)
 	if st, err := h.GetPodStatus(ctx, "ns", "pending"); err != nil || st.Phase != corev1.PodPending {
 		t.Fatalf("within its time: %v, %v; want the last notification", st, err)
 	}
 	if _, err := h.GetPodStatus(ctx, "ns", "silent"); err == nil || errdefs.IsNotFound(err) {
 		t.Fatalf("a pod never notified, within its time: %v; want the provider's error", err)
 	}
-	now = now.Add(time.Second)
+	*now = now.Add(time.Second)
 	for _, name := range []string{"pending", "silent"} {
 		if _, err := h.GetPodStatus(ctx, "ns", name); !errdefs.IsNotFound(err) {
 			t.Errorf("%s once its time is up: %v, want NotFound", name, err)
@@ -156,7 +156,7 @@ func TestADeletedPodANotifyingProviderCannotReadGoesOnceItsTimeIsUp(t *testing.T
 		t.Errorf("a pod last notified running, once its time is up: %v, %v; want its last notification", st, err)
 	}
 	// Still gone well after, through another deletion's sweep.
-	now = now.Add(goneFor - time.Second)
+	*now = now.Add(goneFor - time.Second)
 	if err := h.DeletePod(ctx, testPod("other")); err != nil {
 		t.Fatal(err)
 	}
