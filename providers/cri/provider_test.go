@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -806,6 +809,55 @@ func TestAPodWhoseSandboxIsGoneIsDeleted(t *testing.T) {
 		}
 		return false, describe(st)
 	})
+}
+
+// A process left in a deleted pod's cgroup, that the runtime does not know of
+// (as containerd loses a task whose start was cut short), is killed once the
+// sandbox is stopped, as the kubelet kills what is left in a pod's cgroup:
+// otherwise it runs on, and the sandbox's removal can fail for good.
+func TestAStrayInADeletedPodsCgroupIsKilled(t *testing.T) {
+	needRuntime(t)
+	p, _ := newProvider(t, testConfig(t))
+	pod := busyboxPod("strays", sleepForever)
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningReady(t, p, pod)
+	stray := exec.Command("sleep", "1000")
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stray.Process.Kill() })
+	ended := make(chan error, 1)
+	go func() { ended <- stray.Wait() }()
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	moved := 0
+	for _, root := range append(roots, "/sys/fs/cgroup") {
+		procs := filepath.Join(root, cgroupParent(pod), "cgroup.procs")
+		if _, err := os.Stat(procs); err != nil {
+			continue
+		}
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(stray.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("moving the stray into %s: %v", procs, err)
+		}
+		moved++
+	}
+	if moved == 0 {
+		t.Fatal("the pod has no cgroup to put the stray in")
+	}
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "the pod gone from the provider", func() (bool, string) {
+		_, err := p.GetPodStatus(context.Background(), pod.Namespace, pod.Name)
+		return errdefs.IsNotFound(err), fmt.Sprint(err)
+	})
+	select {
+	case err := <-ended:
+		t.Logf("the stray ended: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the stray in the deleted pod's cgroup still runs")
+	}
 }
 
 // logsOf reads a container's log through the provider.

@@ -2,9 +2,14 @@ package cri
 
 import (
 	"context"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -100,11 +105,48 @@ func (p *Provider) stopSandbox(ctx context.Context, rec *podRecord, pod *corev1.
 		p.log.Warn("stopping sandbox", "pod", rec.key, "err", err)
 		return false
 	}
+	if n := p.killStrays(pod); n > 0 {
+		p.log.Warn("killed processes left in the pod's cgroup after its sandbox stopped", "pod", rec.key, "processes", n)
+	}
 	if _, err := p.runtime.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: rec.sandboxID}); err != nil && !notFound(err) {
 		p.log.Warn("removing sandbox", "pod", rec.key, "err", err)
 		return false
 	}
 	return true
+}
+
+// killStrays kills every process still in the pod's cgroup, in any hierarchy,
+// and returns how many it found. Once the sandbox is stopped nothing of the pod
+// may run, yet a runtime can lose track of a process: containerd 1.6 leaves a
+// container's task running when a start is cut short (the node killed in the
+// middle of it) and then reports the container exited, ignores a stop of it, and
+// refuses to remove the sandbox ("cannot delete running task"), for good. The
+// kubelet likewise kills what is left in a pod's cgroup before removing it.
+func (p *Provider) killStrays(pod *corev1.Pod) int {
+	pids := map[int]bool{}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		_ = filepath.WalkDir(filepath.Join(root, cgroupParent(pod)), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					pids[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	for pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
 }
 
 // notFound reports whether a runtime call failed because what it names (a
