@@ -53,12 +53,20 @@ type nodeProcess struct {
 
 func startNodeProcess(t *testing.T, args ...string) *nodeProcess {
 	t.Helper()
+	return startBinary(t, binary, args...)
+}
+
+// startBinary starts bin (this version's binary, or another's) with args, its
+// output logged and shown when the test fails; the process is killed when the
+// test ends.
+func startBinary(t *testing.T, bin string, args ...string) *nodeProcess {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "vkubelet.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -70,7 +78,7 @@ func startNodeProcess(t *testing.T, args ...string) *nodeProcess {
 		logFile.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("vkubelet log:\n%s", tail(string(b), 40))
+			t.Logf("log of %s %s:\n%s", bin, strings.Join(args, " "), tail(string(b), 40))
 		}
 	})
 	return p

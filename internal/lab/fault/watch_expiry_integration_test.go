@@ -1,7 +1,6 @@
 package fault_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,23 +22,8 @@ import (
 // endpoint.
 func podLists(t *testing.T, metricsAddr string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	total := 0
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		line := s.Text()
-		if strings.HasPrefix(line, "vkubelet_api_requests_total{") && strings.Contains(line, `verb="GET"`) &&
-			(strings.Contains(line, `resource="pods"`) || strings.Contains(line, `resource="pods (watch list)"`)) {
-			f := strings.Fields(line)
-			n, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			total += int(n)
-		}
-	}
-	return total
+	return int(testenv.MetricSum(t, metricsAddr, "vkubelet_api_requests_total", `verb="GET"`, `resource="pods"`) +
+		testenv.MetricSum(t, metricsAddr, "vkubelet_api_requests_total", `verb="GET"`, `resource="pods (watch list)"`))
 }
 
 // compactEtcd compacts etcd's history up to its current revision, through etcd's

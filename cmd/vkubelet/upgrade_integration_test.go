@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/lab/previous"
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/internal/version"
+	"github.com/vkubelet/vkubelet/providers/cri"
+	"github.com/vkubelet/vkubelet/providers/cri/crienv"
+	"github.com/vkubelet/vkubelet/providers/mock"
+	"github.com/vkubelet/vkubelet/providers/remote"
+)
+
+// upgradeStep is one process of a node's install replaced by this version's.
+type upgradeStep int
+
+const (
+	upgradeNode     upgradeStep = iota // the node process (vkubelet)
+	upgradeProvider                    // the provider process (vkubelet provider serve)
+)
+
+// TestAnUpgradeFromThePreviousVersionDisturbsNoPod runs pods on the previous
+// version (package previous), stops it with SIGTERM as a rollout does, starts this
+// version on the same state and checks that every pod kept its UID, its
+// containers (IDs, start times, restart counts unchanged) and its single creation
+// in the provider; then that the upgraded node still starts and deletes pods.
+// The mock runs in the node's process (its state in a file), and in a provider
+// process of its own, upgraded after the node (an older provider behind a newer
+// node) or before it (the reverse); the CRI provider runs real containers.
+func TestAnUpgradeFromThePreviousVersionDisturbsNoPod(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := previous.Build(context.Background(), repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name    string
+		backend func(t *testing.T, node string) *upgradeBackend
+		steps   []upgradeStep // the processes replaced, in order
+	}{
+		{"mock in the node process", mockBackend(old, false), []upgradeStep{upgradeNode}},
+		{"mock in a provider process, the node upgraded first", mockBackend(old, true), []upgradeStep{upgradeNode, upgradeProvider}},
+		{"mock in a provider process, the provider upgraded first", mockBackend(old, true), []upgradeStep{upgradeProvider, upgradeNode}},
+		{"CRI", criBackend, []upgradeStep{upgradeNode}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := "vk-upgrade-" + strconv.Itoa(i)
+			upgradeDisturbsNoPod(t, old, node, tc.backend(t, node), tc.steps)
+		})
+	}
+}
+
+// upgradeBackend is a provider an upgrade test runs pods on.
+type upgradeBackend struct {
+	// args are the node's flags for the provider.
+	args []string
+	// spec is the spec of a pod the test runs on node.
+	spec func(node string) corev1.PodSpec
+	// upgrade replaces the provider's own process, if it has one, with this
+	// version's.
+	upgrade func(t *testing.T)
+	// stop stops what the backend runs besides the node, once the node stopped.
+	stop func(t *testing.T)
+	// check compares what the provider runs with the pods in the API, each to
+	// be created once and running in the provider, and nothing else.
+	check func(t *testing.T, pods []corev1.Pod)
+}
+
+// stopGracefully stops p with SIGTERM, as a rollout or an operator does, and
+// fails the test unless it exits cleanly.
+func stopGracefully(t *testing.T, p *nodeProcess, what string) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("the %s did not stop cleanly on SIGTERM: %v", what, err)
+	}
+}
+
+// mockBackend is the mock with its state in a file, in the node's process or,
+// if separate, in a provider process started from the previous version.
+func mockBackend(old string, separate bool) func(t *testing.T, node string) *upgradeBackend {
+	return func(t *testing.T, node string) *upgradeBackend {
+		mockCfg := mock.Config{StateFile: filepath.Join(t.TempDir(), "mock-state.json"), Pods: "200"}
+		mockConfig := writeMockConfig(t, mockCfg)
+		b := &upgradeBackend{
+			args: []string{"--provider", "mock", "--provider-config", mockConfig},
+			spec: func(node string) corev1.PodSpec {
+				return corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}
+			},
+			upgrade: func(t *testing.T) { t.Fatal("the mock in the node's process has no process of its own to upgrade") },
+			stop:    func(*testing.T) {},
+		}
+		b.check = func(t *testing.T, pods []corev1.Pod) {
+			t.Helper()
+			prov, err := mock.New(mockCfg, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			provPods, err := prov.GetPods(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inProvider := map[types.UID]bool{}
+			for _, p := range provPods {
+				inProvider[p.UID] = true
+			}
+			for _, p := range pods {
+				if n := prov.CreateCount(p.UID); n != 1 {
+					t.Errorf("pod %s was created %d times in the provider", p.Name, n)
+				}
+				if !inProvider[p.UID] {
+					t.Errorf("pod %s is in the API but not in the provider", p.Name)
+				}
+				delete(inProvider, p.UID)
+			}
+			if len(inProvider) != 0 {
+				t.Errorf("the provider runs %d pods that are not in the API", len(inProvider))
+			}
+		}
+		if !separate {
+			return b
+		}
+		// A short directory: a unix socket's path is limited to about 100 bytes.
+		dir, err := os.MkdirTemp("", "vkp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		sock := filepath.Join(dir, "provider.sock")
+		var provider *nodeProcess
+		start := func(bin string) {
+			t.Helper()
+			provider = startBinary(t, bin, "provider", "serve", "--provider", "mock", "--provider-config", mockConfig,
+				"--nodename", node, "--listen", "unix://"+sock)
+			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+				_, err := os.Stat(sock)
+				return err == nil, "the provider process's socket is not there yet"
+			})
+		}
+		js, err := json.Marshal(remote.Config{Endpoint: "unix://" + sock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remoteConfig := filepath.Join(t.TempDir(), "remote.json")
+		if err := os.WriteFile(remoteConfig, js, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b.args = []string{"--provider", "remote", "--provider-config", remoteConfig}
+		b.upgrade = func(t *testing.T) {
+			stopGracefully(t, provider, "provider process")
+			start(binary)
+		}
+		b.stop = func(t *testing.T) { stopGracefully(t, provider, "provider process") }
+		start(old)
+		return b
+	}
+}
+
+// criBackend is the CRI provider on a containerd of its own, running real
+// containers that stop on SIGTERM.
+func criBackend(t *testing.T, node string) *upgradeBackend {
+	testenv.Require(t, crienv.Available())
+	env, err := crienv.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	js, _ := json.Marshal(cri.Config{RuntimeEndpoint: env.Socket, RootDir: t.TempDir(),
+		BackoffBase: cri.Duration{Duration: time.Second}, SyncInterval: cri.Duration{Duration: 200 * time.Millisecond}})
+	cfgPath := filepath.Join(t.TempDir(), "cri.json")
+	if err := os.WriteFile(cfgPath, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &upgradeBackend{
+		args: []string{"--provider", "cri", "--provider-config", cfgPath},
+		spec: func(node string) corev1.PodSpec {
+			return corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](2),
+				Containers: []corev1.Container{{Name: "c", Image: env.Busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+					Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}}}}
+		},
+		upgrade: func(t *testing.T) { t.Fatal("the CRI provider has no process of its own to upgrade") },
+		stop:    func(*testing.T) {},
+		check: func(t *testing.T, pods []corev1.Pod) {
+			t.Helper()
+			sbs, cs := criPods(t, rt)
+			for _, p := range pods {
+				if n, m := sbs[string(p.UID)], cs[string(p.UID)]; n != 1 || m != 1 {
+					t.Errorf("pod %s: %d ready sandboxes and %d running containers, want 1 and 1", p.Name, n, m)
+				}
+				delete(sbs, string(p.UID))
+			}
+			if len(sbs) != 0 {
+				t.Errorf("the runtime has sandboxes of %d pods that are not in the API", len(sbs))
+			}
+		},
+	}
+}
+
+// containersOf is what an upgrade must leave as it is in a pod's status.
+type containersOf struct {
+	uid     types.UID
+	id      string
+	started metav1.Time
+	restart int32
+}
+
+func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBackend, steps []upgradeStep) {
+	cp := testenv.ControlPlane(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t)
+	ctx := context.Background()
+	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	args := append([]string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath}, backend.args...)
+	args = append(args, "--disable-taint", "--log-level", "debug", "--metrics-addr", metricsAddr,
+		"--kubelet-port", "0", "--approve-serving-csr", "--cert-dir", t.TempDir(),
+		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s")
+	nodeProc := startBinary(t, old, args...)
+	waitNodeVersion(t, c, node, version.KubernetesVersion+"-vkubelet-"+previous.Version)
+
+	const total = 30
+	create := func(name string) {
+		t.Helper()
+		_, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backend.spec(node)},
+			metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < total; i++ {
+		create("p-" + strconv.Itoa(i))
+	}
+	before := map[string]containersOf{}
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		running := 0
+		for _, p := range podsOf(t, c, ns) {
+			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 {
+				running++
+				before[p.Name] = containersNow(&p)
+			}
+		}
+		return running == total, fmt.Sprintf("%d of %d pods Running on the previous version", running, total)
+	})
+
+	for n, step := range steps {
+		switch step {
+		case upgradeNode:
+			stopGracefully(t, nodeProc, "node process")
+			nodeProc = startBinary(t, binary, args...)
+			waitNodeVersion(t, c, node, version.KubeletVersion())
+		case upgradeProvider:
+			backend.upgrade(t)
+		}
+		// The node, whichever version it runs, still starts pods.
+		name := "after-step-" + strconv.Itoa(n)
+		create(name)
+		testenv.WaitPhase(t, ns, name, corev1.PodRunning)
+	}
+	// This version's node has gone through every pod at least once since it
+	// started, with nothing left queued: what it would do to them, it has done.
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		syncs := testenv.MetricSum(t, metricsAddr, "vkubelet_workqueue_adds_total", `name="pod_sync"`)
+		depth := testenv.MetricSum(t, metricsAddr, "vkubelet_workqueue_depth", `name="pod_sync"`)
+		return syncs >= total && depth == 0, fmt.Sprintf("the upgraded node queued %v pod syncs, %v still queued", syncs, depth)
+	})
+
+	// Deleting still works, and still waits for the provider.
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "p-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, "p-0", metav1.GetOptions{})
+		return err != nil, fmt.Sprintf("p-0 is still in the API after its deletion (%v)", err)
+	})
+	delete(before, "p-0")
+
+	pods := podsOf(t, c, ns)
+	for _, p := range pods {
+		was, ok := before[p.Name]
+		if !ok {
+			continue
+		}
+		delete(before, p.Name)
+		if now := containersNow(&p); now != was || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			t.Errorf("pod %s after the upgrade: %s, deleted %v, %s; before: %s", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, now, was)
+		}
+	}
+	for name := range before {
+		t.Errorf("pod %s is gone from the API after the upgrade", name)
+	}
+
+	// The provider's own record, once every process stopped: stopping the node
+	// leaves the pods running in the provider.
+	stopGracefully(t, nodeProc, "node process")
+	backend.stop(t)
+	backend.check(t, pods)
+}
+
+func (c containersOf) String() string {
+	return fmt.Sprintf("UID %s, container %s started %s, %d restarts", c.uid, c.id, c.started.UTC().Format(time.RFC3339), c.restart)
+}
+
+// containersNow is the part of p's status an upgrade must leave unchanged.
+func containersNow(p *corev1.Pod) containersOf {
+	cs := p.Status.ContainerStatuses[0]
+	got := containersOf{uid: p.UID, id: cs.ContainerID, restart: cs.RestartCount}
+	if cs.State.Running != nil {
+		got.started = cs.State.Running.StartedAt
+	}
+	return got
+}
+
+// waitNodeVersion waits for the node to be Ready and to report kubeletVersion,
+// that is to be run by the binary that reports it.
+func waitNodeVersion(t *testing.T, c kubernetes.Interface, node, kubeletVersion string) {
+	t.Helper()
+	testenv.WaitNodeReady(t, c, node, 90*time.Second)
+	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := n.Status.NodeInfo.KubeletVersion
+		return got == kubeletVersion, fmt.Sprintf("node %s reports kubeletVersion %q, want %q", node, got, kubeletVersion)
+	})
+}
