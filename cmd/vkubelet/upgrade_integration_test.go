@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,13 +20,17 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/previous"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/version"
 	"github.com/vkubelet/vkubelet/providers/cri"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
+	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
+	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/remote"
+	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 // upgradeStep is one process of a node's install replaced by this version's.
@@ -61,6 +67,8 @@ func TestAnUpgradeFromThePreviousVersionDisturbsNoPod(t *testing.T) {
 		{"mock in a provider process, the node upgraded first", mockBackend(old, true), []upgradeStep{upgradeNode, upgradeProvider}},
 		{"mock in a provider process, the provider upgraded first", mockBackend(old, true), []upgradeStep{upgradeProvider, upgradeNode}},
 		{"CRI", criBackend, []upgradeStep{upgradeNode}},
+		{"Slurm", slurmBackend, []upgradeStep{upgradeNode}},
+		{"kube", kubeBackend, []upgradeStep{upgradeNode}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			node := "vk-upgrade-" + strconv.Itoa(i)
@@ -71,6 +79,8 @@ func TestAnUpgradeFromThePreviousVersionDisturbsNoPod(t *testing.T) {
 
 // upgradeBackend is a provider an upgrade test runs pods on.
 type upgradeBackend struct {
+	// pods is how many pods run through the upgrade.
+	pods int
 	// args are the node's flags for the provider.
 	args []string
 	// spec is the spec of a pod the test runs on node.
@@ -104,6 +114,7 @@ func mockBackend(old string, separate bool) func(t *testing.T, node string) *upg
 		mockCfg := mock.Config{StateFile: filepath.Join(t.TempDir(), "mock-state.json"), Pods: "200"}
 		mockConfig := writeMockConfig(t, mockCfg)
 		b := &upgradeBackend{
+			pods: 30,
 			args: []string{"--provider", "mock", "--provider-config", mockConfig},
 			spec: func(node string) corev1.PodSpec {
 				return corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}
@@ -199,6 +210,7 @@ func criBackend(t *testing.T, node string) *upgradeBackend {
 		t.Fatal(err)
 	}
 	return &upgradeBackend{
+		pods: 30,
 		args: []string{"--provider", "cri", "--provider-config", cfgPath},
 		spec: func(node string) corev1.PodSpec {
 			return corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](2),
@@ -218,6 +230,136 @@ func criBackend(t *testing.T, node string) *upgradeBackend {
 			}
 			if len(sbs) != 0 {
 				t.Errorf("the runtime has sandboxes of %d pods that are not in the API", len(sbs))
+			}
+		},
+	}
+}
+
+// slurmBackend is the Slurm provider on a Slurm cluster of its own, each pod a
+// job running its containers with podman.
+func slurmBackend(t *testing.T, node string) *upgradeBackend {
+	testenv.Require(t, slurmenv.Available())
+	testenv.Require(t, slurmenv.PodmanAvailable())
+	env, err := slurmenv.Start(context.Background(), slurmenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	reg, err := crienv.StartRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	cfg, err := env.ProviderConfig(reg.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "slurm.json")
+	if err := os.WriteFile(cfgPath, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// jobs are the job states Slurm has for the pod (its jobs are named by
+	// the pod's UID), or for every pod with uid "".
+	jobs := func(t *testing.T, uid types.UID) []string {
+		t.Helper()
+		args := []string{"--noheader", "--states=all", "--format=%T"}
+		if uid != "" {
+			args = append(args, "--name="+string(uid))
+		}
+		cmd := exec.Command("squeue", args...)
+		cmd.Env = env.Environ()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("squeue: %v: %s", err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	return &upgradeBackend{
+		// Each pod is a podman container in a Slurm job: a few are enough.
+		pods: 5,
+		args: []string{"--provider", "slurm", "--provider-config", cfgPath},
+		spec: func(node string) corev1.PodSpec {
+			return corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](2),
+				Containers: []corev1.Container{{Name: "c", Image: reg.Busybox,
+					Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}}}}
+		},
+		upgrade: func(t *testing.T) { t.Fatal("the Slurm provider has no process of its own to upgrade") },
+		stop:    func(*testing.T) {},
+		check: func(t *testing.T, pods []corev1.Pod) {
+			t.Helper()
+			for _, p := range pods {
+				if got := jobs(t, p.UID); len(got) != 1 || got[0] != "RUNNING" {
+					t.Errorf("pod %s: Slurm jobs %v, want one RUNNING", p.Name, got)
+				}
+			}
+			running := 0
+			for _, state := range jobs(t, "") {
+				if state == "RUNNING" {
+					running++
+				}
+			}
+			if running != len(pods) {
+				t.Errorf("Slurm runs %d jobs for the %d pods in the API", running, len(pods))
+			}
+		},
+	}
+}
+
+// kubeBackend is the kube provider offloading to a target cluster of its own,
+// whose one node is a mock node of this version.
+func kubeBackend(t *testing.T, node string) *upgradeBackend {
+	ctx := context.Background()
+	target, err := controlplane.Start(ctx, controlplane.Config{Scheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Stop() })
+	tc, err := kubernetes.NewForConfig(target.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startNodeProcess(t, "--nodename", "worker", "--kubeconfig", target.KubeconfigPath, "--provider", "mock",
+		"--provider-config", writeMockConfig(t, mock.Config{}), "--disable-taint", "--kubelet-port", "0",
+		"--approve-serving-csr", "--cert-dir", t.TempDir(), "--status-poll-interval", "1s")
+	testenv.WaitNodeReady(t, tc, "worker", 90*time.Second)
+	js, err := json.Marshal(kube.Config{Kubeconfig: target.KubeconfigPath, ClusterID: "source",
+		PingTimeout: providerutil.Duration{Duration: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "kube.json")
+	if err := os.WriteFile(cfgPath, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &upgradeBackend{
+		pods: 30,
+		args: []string{"--provider", "kube", "--provider-config", cfgPath},
+		spec: func(node string) corev1.PodSpec {
+			return corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}
+		},
+		upgrade: func(t *testing.T) { t.Fatal("the kube provider has no process of its own to upgrade") },
+		stop:    func(*testing.T) {},
+		check: func(t *testing.T, pods []corev1.Pod) {
+			t.Helper()
+			for _, p := range pods {
+				copies, err := tc.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelOriginUID + "=" + string(p.UID)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(copies.Items); n != 1 || copies.Items[0].Status.Phase != corev1.PodRunning || copies.Items[0].DeletionTimestamp != nil {
+					t.Errorf("pod %s has %d copies in the target, want one Running", p.Name, n)
+				}
+			}
+			all, err := tc.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelOffloadedBy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(all.Items) != len(pods) {
+				t.Errorf("the target has %d copies for the %d pods in the API", len(all.Items), len(pods))
 			}
 		},
 	}
@@ -245,7 +387,7 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 	nodeProc := startBinary(t, old, args...)
 	waitNodeVersion(t, c, node, version.KubernetesVersion+"-vkubelet-"+previous.Version)
 
-	const total = 30
+	total := backend.pods
 	create := func(name string) {
 		t.Helper()
 		_, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backend.spec(node)},
@@ -288,7 +430,7 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
 		syncs := testenv.MetricSum(t, metricsAddr, "vkubelet_workqueue_adds_total", `name="pod_sync"`)
 		depth := testenv.MetricSum(t, metricsAddr, "vkubelet_workqueue_depth", `name="pod_sync"`)
-		return syncs >= total && depth == 0, fmt.Sprintf("the upgraded node queued %v pod syncs, %v still queued", syncs, depth)
+		return syncs >= float64(total) && depth == 0, fmt.Sprintf("the upgraded node queued %v pod syncs, %v still queued", syncs, depth)
 	})
 
 	// Deleting still works, and still waits for the provider.
@@ -321,6 +463,16 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 	stopGracefully(t, nodeProc, "node process")
 	backend.stop(t)
 	backend.check(t, pods)
+	// The node stopped, as on an operator's SIGTERM: its Node object stays, and
+	// so do its pods, each as it was.
+	if _, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Node object after the node process stopped: %v", err)
+	}
+	for _, p := range podsOf(t, c, ns) {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			t.Errorf("pod %s after the node process stopped: %s, deleted %v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
+		}
+	}
 }
 
 func (c containersOf) String() string {

@@ -21,7 +21,8 @@ import (
 )
 
 // podmanAvailable says why podman cannot run the tests' containers here, or
-// nil: its rootful mode needs root.
+// nil: its rootful mode needs root. (slurmenv.PodmanAvailable, for the tests
+// of other packages; this package's own cannot import slurmenv, which imports it.)
 func podmanAvailable() error {
 	if os.Geteuid() != 0 {
 		return errors.New("podman's rootful mode needs root")

@@ -47,7 +47,7 @@ type cluster struct {
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	testenv.Require(t, slurmenv.Available())
-	testenv.Require(t, slurm.PodmanAvailable())
+	testenv.Require(t, slurmenv.PodmanAvailable())
 	ctx := context.Background()
 	env, err := slurmenv.Start(ctx, slurmenv.Options{GPUs: 2})
 	if err != nil {

@@ -102,6 +102,19 @@ func Available() error {
 	return err
 }
 
+// PodmanAvailable says why ProviderConfig's podman, which runs each job's
+// containers, cannot work on this machine, or nil: its rootful mode needs root,
+// and scripts/setup.sh --slurm installs it.
+func PodmanAvailable() error {
+	if os.Geteuid() != 0 {
+		return errors.New("podman's rootful mode needs root")
+	}
+	if _, err := exec.LookPath("podman"); err != nil {
+		return fmt.Errorf("podman not found (scripts/setup.sh --slurm installs it): %w", err)
+	}
+	return nil
+}
+
 // programs finds Slurm's and munge's programs, by name.
 func programs() (map[string]string, error) {
 	if os.Geteuid() != 0 {

@@ -1,4 +1,0 @@
-package slurm
-
-// PodmanAvailable is podmanAvailable, for the package's external tests.
-var PodmanAvailable = podmanAvailable
