@@ -365,14 +365,6 @@ func kubeBackend(t *testing.T, node string) *upgradeBackend {
 	}
 }
 
-// containersOf is what an upgrade must leave as it is in a pod's status.
-type containersOf struct {
-	uid     types.UID
-	id      string
-	started metav1.Time
-	restart int32
-}
-
 func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBackend, steps []upgradeStep) {
 	cp := testenv.ControlPlane(t)
 	c := testenv.Client(t)
@@ -385,7 +377,7 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 		"--kubelet-port", "0", "--approve-serving-csr", "--cert-dir", t.TempDir(),
 		"--node-lease-duration", "10s", "--node-lease-renew-interval", "2s", "--status-poll-interval", "1s")
 	nodeProc := startBinary(t, old, args...)
-	waitNodeVersion(t, c, node, version.KubernetesVersion+"-vkubelet-"+previous.Version)
+	testenv.WaitNodeVersion(t, c, node, version.KubernetesVersion+"-vkubelet-"+previous.Version)
 
 	total := backend.pods
 	create := func(name string) {
@@ -399,13 +391,13 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 	for i := 0; i < total; i++ {
 		create("p-" + strconv.Itoa(i))
 	}
-	before := map[string]containersOf{}
+	before := map[string]string{}
 	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		running := 0
 		for _, p := range podsOf(t, c, ns) {
 			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 {
 				running++
-				before[p.Name] = containersNow(&p)
+				before[p.Name] = testenv.ContainerInstances(&p)
 			}
 		}
 		return running == total, fmt.Sprintf("%d of %d pods Running on the previous version", running, total)
@@ -416,7 +408,7 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 		case upgradeNode:
 			stopGracefully(t, nodeProc, "node process")
 			nodeProc = startBinary(t, binary, args...)
-			waitNodeVersion(t, c, node, version.KubeletVersion())
+			testenv.WaitNodeVersion(t, c, node, version.KubeletVersion())
 		case upgradeProvider:
 			backend.upgrade(t)
 		}
@@ -450,7 +442,7 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 			continue
 		}
 		delete(before, p.Name)
-		if now := containersNow(&p); now != was || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		if now := testenv.ContainerInstances(&p); now != was || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			t.Errorf("pod %s after the upgrade: %s, deleted %v, %s; before: %s", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, now, was)
 		}
 	}
@@ -473,33 +465,4 @@ func upgradeDisturbsNoPod(t *testing.T, old, node string, backend *upgradeBacken
 			t.Errorf("pod %s after the node process stopped: %s, deleted %v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
 		}
 	}
-}
-
-func (c containersOf) String() string {
-	return fmt.Sprintf("UID %s, container %s started %s, %d restarts", c.uid, c.id, c.started.UTC().Format(time.RFC3339), c.restart)
-}
-
-// containersNow is the part of p's status an upgrade must leave unchanged.
-func containersNow(p *corev1.Pod) containersOf {
-	cs := p.Status.ContainerStatuses[0]
-	got := containersOf{uid: p.UID, id: cs.ContainerID, restart: cs.RestartCount}
-	if cs.State.Running != nil {
-		got.started = cs.State.Running.StartedAt
-	}
-	return got
-}
-
-// waitNodeVersion waits for the node to be Ready and to report kubeletVersion,
-// that is to be run by the binary that reports it.
-func waitNodeVersion(t *testing.T, c kubernetes.Interface, node, kubeletVersion string) {
-	t.Helper()
-	testenv.WaitNodeReady(t, c, node, 90*time.Second)
-	testenv.Eventually(t, 90*time.Second, func() (bool, string) {
-		n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		got := n.Status.NodeInfo.KubeletVersion
-		return got == kubeletVersion, fmt.Sprintf("node %s reports kubeletVersion %q, want %q", node, got, kubeletVersion)
-	})
 }

@@ -14,7 +14,9 @@
 // of its projected volumes (service-account token, CA, namespace) as one
 // ConfigMap per volume. The plugin has no list: the pods and their job IDs are
 // kept in a state file, so that a restarted node finds its jobs again instead of
-// submitting them twice. Statuses are polled for all pods in one call.
+// submitting them twice; a pod the state file lacks (lost with the node's pod
+// in an upgrade) is asked about (/status) before it is submitted or taken as
+// stopped. Statuses are polled for all pods in one call.
 package interlink
 
 import (
@@ -211,6 +213,12 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	if rec != nil && rec.Pod.UID == rp.Pod.UID {
 		return nil // submitted already (before a restart, say)
 	}
+	// Not in the state file, which a replaced node's pod may have lost with
+	// its emptyDir (a helm upgrade): a plugin that still runs the pod answers
+	// for it, and the pod is taken back rather than submitted twice.
+	if known, err := p.pluginStatus(ctx, rp.Pod); err == nil && known != nil {
+		return p.adopt(rp.Pod, *known)
+	}
 	var created []createdJob
 	if err := p.do(ctx, http.MethodPost, "/create", []podData{retrievedPod(rp)}, &created); err != nil {
 		return err
@@ -226,6 +234,37 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pods[k] = &record{Pod: pod, JID: jid, Status: pending}
+	return p.saveLocked()
+}
+
+// pluginStatus asks the plugin for the status of pod, which the state file does not
+// have: nil if the plugin does not answer for it (it does not run it).
+func (p *Provider) pluginStatus(ctx context.Context, pod *corev1.Pod) (*podStatus, error) {
+	var statuses []podStatus
+	if err := p.do(ctx, http.MethodGet, "/status", []*corev1.Pod{pod}, &statuses); err != nil {
+		return nil, err
+	}
+	for _, st := range statuses {
+		if st.UID == string(pod.UID) {
+			return &st, nil
+		}
+	}
+	return nil, nil
+}
+
+// adopt records pod, which the plugin runs with status st, as if this node had
+// submitted it.
+func (p *Provider) adopt(pod *corev1.Pod, st podStatus) error {
+	status, err := podPhase(pod, st, nil)
+	if err != nil {
+		// An answer that does not fit the pod: the next poll asks again.
+		status = &corev1.PodStatus{Phase: corev1.PodPending, Reason: "Submitted", Message: "job " + st.JID}
+	}
+	p.log.Info("the plugin runs a pod the state file does not have: taken back, not submitted again",
+		"pod", providerutil.PodKey(pod.Namespace, pod.Name), "jid", st.JID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods[providerutil.PodKey(pod.Namespace, pod.Name)] = &record{Pod: pod.DeepCopy(), JID: st.JID, Status: status}
 	return p.saveLocked()
 }
 
@@ -257,7 +296,17 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	rec := p.pods[k]
 	p.mu.Unlock()
 	if rec == nil {
-		return providerutil.PodNotFound("interlink", pod.Namespace, pod.Name)
+		// Not in the state file: stopped already, or submitted by a node whose
+		// state file is lost. The plugin says which; while it cannot, the pod
+		// is not taken as stopped.
+		known, err := p.pluginStatus(ctx, pod)
+		if err != nil {
+			return err
+		}
+		if known == nil {
+			return providerutil.PodNotFound("interlink", pod.Namespace, pod.Name)
+		}
+		rec = &record{Pod: pod.DeepCopy(), JID: known.JID}
 	}
 	if err := p.do(ctx, http.MethodPost, "/delete", rec.Pod, nil); err != nil && !errdefs.IsNotFound(err) {
 		return err

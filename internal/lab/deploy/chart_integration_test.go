@@ -41,11 +41,11 @@ import (
 
 func TestMain(m *testing.M) {
 	// The installs of TestTheChartRunsVkubeletOnAVkubeletNode mostly wait for
-	// the cluster: the five run side by side even where -parallel defaults to
+	// the cluster: the seven run side by side even where -parallel defaults to
 	// GOMAXPROCS (2 on CI's machines), unless -parallel says otherwise.
 	if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() != "" {
-		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 5 {
-			_ = flag.Set("test.parallel", "5")
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 7 {
+			_ = flag.Set("test.parallel", "7")
 		}
 	}
 	// Deployments need the controller manager (which also signs and approves the
@@ -513,6 +513,7 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	t.Run("remote-on-the-sidecars-socket", func(t *testing.T) { t.Parallel(); testRemoteProviderOnTheSidecarsSocket(t, h) })
 	t.Run("interlink-with-a-token", func(t *testing.T) { t.Parallel(); testInterLinkWithAToken(t, h) })
 	t.Run("released", func(t *testing.T) { t.Parallel(); testTheReleaseFromItsRegistry(t, h) })
+	t.Run("upgraded-from-the-previous-version", func(t *testing.T) { t.Parallel(); testUpgradeFromThePreviousVersion(t, h) })
 }
 
 // The dogfood test: the chart installs vkubelet's image on a vkubelet CRI node;

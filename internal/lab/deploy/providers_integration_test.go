@@ -159,20 +159,7 @@ func testInterLinkWithAToken(t *testing.T, h *host) {
 // returns its UID.
 func runPodOn(t *testing.T, c kubernetes.Interface, ns, node string) types.UID {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "on-" + node},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-			Tolerations:  []corev1.Toleration{{Key: "virtual-kubelet.io/provider", Operator: corev1.TolerationOpExists}},
-			Containers:   []corev1.Container{{Name: "main", Image: "busybox", Args: []string{"sleep", "3600"}}},
-		},
-	}
-	created, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, c, ns, pod.Name, node)
-	return created.UID
+	return runOn(t, c, ns, "on-"+node, node).UID
 }
 
 func createSecret(t *testing.T, c kubernetes.Interface, ns, name string, data map[string][]byte) {

@@ -44,10 +44,6 @@ func Build(ctx context.Context, repo string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	if err := git(ctx, repo, nil, "cat-file", "-e", Commit+"^{commit}"); err != nil {
-		return "", fmt.Errorf("the previous version, commit %s, is not in the history of the clone at %s "+
-			"(a shallow clone?): `git fetch --unshallow` brings it: %w", Commit, repo, err)
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -56,16 +52,8 @@ func Build(ctx context.Context, repo string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(src)
-	// git archive writes the commit's tree without touching the clone (no
-	// worktree to remove, nothing in .git changed).
-	var tarball bytes.Buffer
-	if err := git(ctx, repo, &tarball, "archive", "--format=tar", Commit); err != nil {
+	if err := extract(ctx, repo, src); err != nil {
 		return "", err
-	}
-	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
-	untar.Stdin = &tarball
-	if out, err := untar.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("unpacking commit %s: %w\n%s", Commit, err, out)
 	}
 	const pkg = "github.com/vkubelet/vkubelet/internal/version."
 	tmp := filepath.Join(src, "vkubelet.bin") // beside the cache entry: the rename stays on one file system
@@ -81,6 +69,63 @@ func Build(ctx context.Context, repo string) (string, error) {
 	// A rename is atomic: a concurrent build's caller sees a whole binary or
 	// none, and the later rename replaces an identical one.
 	return bin, os.Rename(tmp, bin)
+}
+
+// Chart returns the directory of the previous version's Helm chart
+// (charts/vkubelet), taken from the history of the checkout at repo the first
+// time.
+func Chart(ctx context.Context, repo string) (string, error) {
+	cache, err := controlplane.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "previous", Commit)
+	chart := filepath.Join(dir, "chart", "vkubelet")
+	if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err == nil {
+		return chart, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src, err := os.MkdirTemp(dir, "chart-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(src)
+	if err := extract(ctx, repo, src, "charts/vkubelet"); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(chart), 0o755); err != nil {
+		return "", err
+	}
+	// As for the binary, a rename shows a whole chart or none; it fails where a
+	// concurrent caller's rename came first, which is as good.
+	if err := os.Rename(filepath.Join(src, "charts", "vkubelet"), chart); err != nil {
+		if _, statErr := os.Stat(filepath.Join(chart, "Chart.yaml")); statErr != nil {
+			return "", err
+		}
+	}
+	return chart, nil
+}
+
+// extract writes the files of Commit under paths (all if none) into dst, with
+// git archive: nothing of the clone is touched (no worktree to remove, nothing
+// in .git changed).
+func extract(ctx context.Context, repo, dst string, paths ...string) error {
+	if err := git(ctx, repo, nil, "cat-file", "-e", Commit+"^{commit}"); err != nil {
+		return fmt.Errorf("the previous version, commit %s, is not in the history of the clone at %s "+
+			"(a shallow clone?): `git fetch --unshallow` brings it: %w", Commit, repo, err)
+	}
+	var tarball bytes.Buffer
+	if err := git(ctx, repo, &tarball, append([]string{"archive", "--format=tar", Commit}, paths...)...); err != nil {
+		return err
+	}
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dst)
+	untar.Stdin = &tarball
+	if out, err := untar.CombinedOutput(); err != nil {
+		return fmt.Errorf("unpacking commit %s: %w\n%s", Commit, err, out)
+	}
+	return nil
 }
 
 // git runs git in repo, its output to out (nil: discarded).

@@ -308,3 +308,19 @@ func WaitNodeReady(t testing.TB, c kubernetes.Interface, name string, timeout ti
 		return false, "node " + name + " has no Ready condition"
 	})
 }
+
+// WaitNodeVersion waits for the node to report kubeletVersion, that is to be
+// run by a binary that reports it (after an upgrade, a rollback), and to be
+// Ready.
+func WaitNodeVersion(t testing.TB, c kubernetes.Interface, node, kubeletVersion string) {
+	t.Helper()
+	Eventually(t, 2*time.Minute, func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := n.Status.NodeInfo.KubeletVersion
+		return got == kubeletVersion, fmt.Sprintf("node %s reports kubeletVersion %q, want %q", node, got, kubeletVersion)
+	})
+	WaitNodeReady(t, c, node, 2*time.Minute)
+}
