@@ -17,8 +17,10 @@ import (
 // (tolerating the virtual node's taint), deletes the pod db-0, and waits for
 // the StatefulSet's replacement to run; it returns both pods' UIDs. It needs
 // the control plane's controller-manager. Tests of the "at most one copy"
-// promise read, in the provider, whether the two ever ran at once.
-func ReplaceStatefulSetPod(t testing.TB, ns, node string, spec corev1.PodSpec) (old, replacement types.UID) {
+// promise read, in the provider, whether the two ever ran at once. Each of
+// beforeDelete is called with the first pod's UID once it runs, before it is
+// deleted (to make its stop slow, say).
+func ReplaceStatefulSetPod(t testing.TB, ns, node string, spec corev1.PodSpec, beforeDelete ...func(old types.UID)) (old, replacement types.UID) {
 	t.Helper()
 	c := Client(t)
 	ctx := context.Background()
@@ -53,6 +55,9 @@ func ReplaceStatefulSetPod(t testing.TB, ns, node string, spec corev1.PodSpec) (
 		old = uid
 		return uid != "", why
 	})
+	for _, f := range beforeDelete {
+		f(old)
+	}
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "db-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
