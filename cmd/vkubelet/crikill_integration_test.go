@@ -51,6 +51,31 @@ func criPods(t *testing.T, rt runtimeapi.RuntimeServiceClient) (sandboxes, conta
 	return sandboxes, containers
 }
 
+// startCRI starts a containerd of the test's own and writes the CRI provider's
+// configuration for it (quick retries and syncs); it returns the runtime's
+// client and the configuration's path. Both go when the test ends.
+func startCRI(t *testing.T) (env *crienv.Env, rt runtimeapi.RuntimeServiceClient, cfgPath string) {
+	t.Helper()
+	testenv.Require(t, crienv.Available())
+	env, err := crienv.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	conn, err := env.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	b, _ := json.Marshal(cri.Config{RuntimeEndpoint: env.Socket, RootDir: t.TempDir(),
+		BackoffBase: cri.Duration{Duration: time.Second}, SyncInterval: cri.Duration{Duration: 200 * time.Millisecond}})
+	cfgPath = filepath.Join(t.TempDir(), "cri.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return env, runtimeapi.NewRuntimeServiceClient(conn), cfgPath
+}
+
 // The CRI provider under SIGKILL of the node process: killed while it creates 40
 // real pods, restarted, every pod runs in exactly one sandbox with one container
 // (those running at the kill never restarted), the pods deleted meanwhile are gone
@@ -62,24 +87,7 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t)
 	ctx := context.Background()
-	testenv.Require(t, crienv.Available())
-	env, err := crienv.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Stop)
-	conn, err := env.Conn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	b, _ := json.Marshal(cri.Config{RuntimeEndpoint: env.Socket, RootDir: t.TempDir(),
-		BackoffBase: cri.Duration{Duration: time.Second}, SyncInterval: cri.Duration{Duration: 200 * time.Millisecond}})
-	cfgPath := filepath.Join(t.TempDir(), "cri.json")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	env, rt, cfgPath := startCRI(t)
 	const node = "vk-cri-crash"
 	args := []string{"--nodename", node, "--kubeconfig", cp.KubeconfigPath, "--provider", "cri",
 		"--provider-config", cfgPath, "--disable-taint", "--kubelet-port", "0", "--self-signed-serving-cert",
@@ -192,9 +200,7 @@ func TestRestartAfterSIGKILLWithTheCRIProviderLeavesOneSandboxPerPod(t *testing.
 	}
 
 	// Kill it again while every pod is being deleted.
-	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.DeleteAllPods(t, ns)
 	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		sbs, _ := criPods(t, rt)
 		return len(sbs) <= (total-6)*2/3, fmt.Sprintf("%d sandboxes left", len(sbs))

@@ -258,9 +258,7 @@ func TestAReplicaKilledMidBurstHandsItsNodesOverAndNothingIsLost(t *testing.T) {
 	patchFinalizers(`{"metadata":{"finalizers":["` + hold + `"]}}`)
 	third := replica()
 	thirdID := host + "_" + strconv.Itoa(third.cmd.Process.Pid)
-	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.DeleteAllPods(t, ns)
 	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
 		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

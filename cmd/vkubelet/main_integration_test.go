@@ -84,6 +84,18 @@ func startBinary(t *testing.T, bin string, args ...string) *nodeProcess {
 	return p
 }
 
+// stopGracefully stops p with SIGTERM, as a rollout or an operator does, and
+// fails the test unless it exits cleanly.
+func stopGracefully(t *testing.T, p *nodeProcess, what string) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("the %s did not stop cleanly on SIGTERM: %v", what, err)
+	}
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	if len(lines) > n {
@@ -193,21 +205,27 @@ func restartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T, m mockPlacement
 	})
 	t.Logf("converged %s after the restart", time.Since(restarted).Round(time.Millisecond))
 	// Stop the node the way an operator would; the provider keeps its pods.
-	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.cmd.Wait(); err != nil {
-		t.Fatalf("vkubelet did not stop cleanly on SIGTERM: %v", err)
-	}
+	stopGracefully(t, second, "node process")
 	t.Logf("stopped %s after the restart", time.Since(restarted).Round(time.Millisecond))
 	stopProvider()
 
 	// Read the provider's persisted state back and compare it with the API.
-	prov, err := mock.New(mockCfg, node)
+	checkMockState(t, mockCfg, node, podsOf(t, c, ns))
+	if n := len(podsOf(t, c, ns)); n != total-20 {
+		t.Errorf("%d pods in the API, want %d", n, total-20)
+	}
+}
+
+// checkMockState reads the state the mock with cfg kept for node (its
+// StateFile) and checks it against pods, the node's pods in the API: each
+// created once in the provider and running there, and no other pod there.
+func checkMockState(t *testing.T, cfg mock.Config, node string, pods []corev1.Pod) {
+	t.Helper()
+	prov, err := mock.New(cfg, node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	provPods, err := prov.GetPods(ctx)
+	provPods, err := prov.GetPods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,21 +233,17 @@ func restartAfterSIGKILLCreatesEveryPodExactlyOnce(t *testing.T, m mockPlacement
 	for _, p := range provPods {
 		inProvider[p.UID] = true
 	}
-	apiPods := podsOf(t, c, ns)
-	for _, p := range apiPods {
+	for _, p := range pods {
 		if n := prov.CreateCount(p.UID); n != 1 {
-			t.Errorf("pod %s created %d times in the provider", p.Name, n)
+			t.Errorf("pod %s was created %d times in the provider", p.Name, n)
 		}
 		if !inProvider[p.UID] {
-			t.Errorf("pod %s is Running in the API but not in the provider", p.Name)
+			t.Errorf("pod %s is in the API but not in the provider", p.Name)
 		}
 		delete(inProvider, p.UID)
 	}
 	if len(inProvider) != 0 {
-		t.Errorf("%d provider pods have no API pod", len(inProvider))
-	}
-	if len(provPods) != total-20 {
-		t.Errorf("provider runs %d pods, want %d", len(provPods), total-20)
+		t.Errorf("the provider runs %d pods that are not in the API", len(inProvider))
 	}
 }
 
@@ -298,9 +312,7 @@ func restartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T, m mockPlacement
 		return run == total, fmt.Sprintf("%d of %d pods Running", run, total)
 	})
 
-	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.DeleteAllPods(t, ns)
 	// Kill the node once a third of the pods are gone from the API.
 	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		left := len(podsOf(t, c, ns))
@@ -323,12 +335,7 @@ func restartAfterSIGKILLMidDeletionLosesNoDeletion(t *testing.T, m mockPlacement
 		b, _ := os.ReadFile(second.log)
 		return strings.Contains(string(b), "virtual node ready"), "second node not ready"
 	})
-	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.cmd.Wait(); err != nil {
-		t.Fatalf("vkubelet did not stop cleanly on SIGTERM: %v", err)
-	}
+	stopGracefully(t, second, "node process")
 	stopProvider()
 	prov, err := mock.New(mockCfg, node)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,34 +45,52 @@ func (m mockPlacement) providerArgs(t *testing.T, node string, cfg mock.Config) 
 	if !m.separate {
 		return []string{"--provider", "mock", "--provider-config", mockConfig}, func() {}
 	}
-	// A short directory: a unix socket's path is limited to about 100 bytes.
+	sock := socketPath(t)
+	serve := serveMock(t, binary, mockConfig, node, sock)
+	remoteConfig := remoteConfigFor(t, sock)
+	return []string{"--provider", "remote", "--provider-config", remoteConfig}, func() {
+		t.Helper()
+		stopGracefully(t, serve, "provider process")
+	}
+}
+
+// socketPath is a path for a provider process's unix socket, in a directory
+// removed when the test ends: a short one, as a unix socket's path is limited
+// to about 100 bytes.
+func socketPath(t *testing.T) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "vkp")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "provider.sock")
-	serve := startNodeProcess(t, "provider", "serve", "--provider", "mock", "--provider-config", mockConfig,
+	return filepath.Join(dir, "provider.sock")
+}
+
+// serveMock starts bin's `provider serve` of the mock with the configuration
+// file mockConfig for node on the unix socket sock, and waits for the socket.
+func serveMock(t *testing.T, bin, mockConfig, node, sock string) *nodeProcess {
+	t.Helper()
+	serve := startBinary(t, bin, "provider", "serve", "--provider", "mock", "--provider-config", mockConfig,
 		"--nodename", node, "--listen", "unix://"+sock)
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		_, err := os.Stat(sock)
 		return err == nil, "the provider process's socket is not there yet"
 	})
+	return serve
+}
+
+// remoteConfigFor writes the remote provider's configuration for a provider
+// process on the unix socket sock and returns its path.
+func remoteConfigFor(t *testing.T, sock string) string {
+	t.Helper()
 	b, err := json.Marshal(remote.Config{Endpoint: "unix://" + sock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	remoteConfig := filepath.Join(t.TempDir(), "remote.json")
-	if err := os.WriteFile(remoteConfig, b, 0o644); err != nil {
+	path := filepath.Join(t.TempDir(), "remote.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return []string{"--provider", "remote", "--provider-config", remoteConfig}, func() {
-		t.Helper()
-		if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if err := serve.cmd.Wait(); err != nil {
-			t.Fatalf("the provider process did not stop cleanly on SIGTERM: %v", err)
-		}
-	}
+	return path
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,19 +16,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/previous"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/version"
-	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
-	"github.com/vkubelet/vkubelet/providers/remote"
 	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
@@ -95,18 +90,6 @@ type upgradeBackend struct {
 	check func(t *testing.T, pods []corev1.Pod)
 }
 
-// stopGracefully stops p with SIGTERM, as a rollout or an operator does, and
-// fails the test unless it exits cleanly.
-func stopGracefully(t *testing.T, p *nodeProcess, what string) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Wait(); err != nil {
-		t.Fatalf("the %s did not stop cleanly on SIGTERM: %v", what, err)
-	}
-}
-
 // mockBackend is the mock with its state in a file, in the node's process or,
 // if separate, in a provider process started from the previous version.
 func mockBackend(old string, separate bool) func(t *testing.T, node string) *upgradeBackend {
@@ -124,60 +107,15 @@ func mockBackend(old string, separate bool) func(t *testing.T, node string) *upg
 		}
 		b.check = func(t *testing.T, pods []corev1.Pod) {
 			t.Helper()
-			prov, err := mock.New(mockCfg, node)
-			if err != nil {
-				t.Fatal(err)
-			}
-			provPods, err := prov.GetPods(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			inProvider := map[types.UID]bool{}
-			for _, p := range provPods {
-				inProvider[p.UID] = true
-			}
-			for _, p := range pods {
-				if n := prov.CreateCount(p.UID); n != 1 {
-					t.Errorf("pod %s was created %d times in the provider", p.Name, n)
-				}
-				if !inProvider[p.UID] {
-					t.Errorf("pod %s is in the API but not in the provider", p.Name)
-				}
-				delete(inProvider, p.UID)
-			}
-			if len(inProvider) != 0 {
-				t.Errorf("the provider runs %d pods that are not in the API", len(inProvider))
-			}
+			checkMockState(t, mockCfg, node, pods)
 		}
 		if !separate {
 			return b
 		}
-		// A short directory: a unix socket's path is limited to about 100 bytes.
-		dir, err := os.MkdirTemp("", "vkp")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		sock := filepath.Join(dir, "provider.sock")
+		sock := socketPath(t)
 		var provider *nodeProcess
-		start := func(bin string) {
-			t.Helper()
-			provider = startBinary(t, bin, "provider", "serve", "--provider", "mock", "--provider-config", mockConfig,
-				"--nodename", node, "--listen", "unix://"+sock)
-			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-				_, err := os.Stat(sock)
-				return err == nil, "the provider process's socket is not there yet"
-			})
-		}
-		js, err := json.Marshal(remote.Config{Endpoint: "unix://" + sock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		remoteConfig := filepath.Join(t.TempDir(), "remote.json")
-		if err := os.WriteFile(remoteConfig, js, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		b.args = []string{"--provider", "remote", "--provider-config", remoteConfig}
+		start := func(bin string) { provider = serveMock(t, bin, mockConfig, node, sock) }
+		b.args = []string{"--provider", "remote", "--provider-config", remoteConfigFor(t, sock)}
 		b.upgrade = func(t *testing.T) {
 			stopGracefully(t, provider, "provider process")
 			start(binary)
@@ -191,24 +129,7 @@ func mockBackend(old string, separate bool) func(t *testing.T, node string) *upg
 // criBackend is the CRI provider on a containerd of its own, running real
 // containers that stop on SIGTERM.
 func criBackend(t *testing.T, node string) *upgradeBackend {
-	testenv.Require(t, crienv.Available())
-	env, err := crienv.Start(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Stop)
-	conn, err := env.Conn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	js, _ := json.Marshal(cri.Config{RuntimeEndpoint: env.Socket, RootDir: t.TempDir(),
-		BackoffBase: cri.Duration{Duration: time.Second}, SyncInterval: cri.Duration{Duration: 200 * time.Millisecond}})
-	cfgPath := filepath.Join(t.TempDir(), "cri.json")
-	if err := os.WriteFile(cfgPath, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	env, rt, cfgPath := startCRI(t)
 	return &upgradeBackend{
 		pods: 30,
 		args: []string{"--provider", "cri", "--provider-config", cfgPath},
@@ -238,30 +159,7 @@ func criBackend(t *testing.T, node string) *upgradeBackend {
 // slurmBackend is the Slurm provider on a Slurm cluster of its own, each pod a
 // job running its containers with podman.
 func slurmBackend(t *testing.T, node string) *upgradeBackend {
-	testenv.Require(t, slurmenv.Available())
-	testenv.Require(t, slurmenv.PodmanAvailable())
-	env, err := slurmenv.Start(context.Background(), slurmenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	reg, err := crienv.StartRegistry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	cfg, err := env.ProviderConfig(reg.Registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(t.TempDir(), "slurm.json")
-	if err := os.WriteFile(cfgPath, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	env, reg, _, cfgPath := slurmenv.StartForTest(t, slurmenv.Options{})
 	// jobs are the job states Slurm has for the pod (its jobs are named by
 	// the pod's UID), or for every pod with uid "".
 	jobs := func(t *testing.T, uid types.UID) []string {

@@ -2,7 +2,6 @@ package slurm_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -46,33 +45,8 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	testenv.Require(t, slurmenv.Available())
-	testenv.Require(t, slurmenv.PodmanAvailable())
-	ctx := context.Background()
-	env, err := slurmenv.Start(ctx, slurmenv.Options{GPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	reg, err := crienv.StartRegistry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	cfg, err := env.ProviderConfig(reg.Registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{env: env, registry: reg, image: reg.Busybox, jobRoot: cfg.JobRoot}
-	c.cfgFile = filepath.Join(t.TempDir(), "slurm.json")
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(c.cfgFile, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	env, reg, cfg, cfgFile := slurmenv.StartForTest(t, slurmenv.Options{GPUs: 2})
+	return &cluster{env: env, registry: reg, image: reg.Busybox, jobRoot: cfg.JobRoot, cfgFile: cfgFile}
 }
 
 func (c *cluster) nodeConfig(t *testing.T, name string) agent.Config {

@@ -129,6 +129,23 @@ func testInterLinkWithAToken(t *testing.T, h *host) {
 	ns := testenv.Namespace(t)
 	const node = "chart-interlink"
 
+	plugin, providerValues := servePlugin(t, c, ns, node)
+	values := h.values(t, node)
+	values["provider"] = providerValues
+	install(t, helm, ns, "interlink", values)
+	testenv.WaitNodeReady(t, c, node, 2*time.Minute)
+	uid := runPodOn(t, c, ns, node)
+	if _, creates, _ := plugin.Submitted(uid); creates != 1 {
+		t.Errorf("the plugin was asked to create the pod %d times, want 1", creates)
+	}
+}
+
+// servePlugin serves an interLink plugin for node on the host's loopback,
+// running its pods on a mock, that refuses any request without a token it puts
+// in the Secret "plugin-token" of ns; it returns the plugin and the chart's
+// provider values for it.
+func servePlugin(t *testing.T, c kubernetes.Interface, ns, node string) (*interlinkplugin.Plugin, map[string]any) {
+	t.Helper()
 	token := rand.Text()
 	m, err := mock.New(mock.Config{}, node)
 	if err != nil {
@@ -138,20 +155,12 @@ func testInterLinkWithAToken(t *testing.T, h *host) {
 	srv := httptest.NewServer(plugin)
 	t.Cleanup(srv.Close)
 	createSecret(t, c, ns, "plugin-token", map[string][]byte{"token": []byte(token + "\n")})
-
-	values := h.values(t, node)
-	values["provider"] = map[string]any{
+	return plugin, map[string]any{
 		"name":        "interlink",
 		"tokenSecret": "plugin-token",
 		"config": map[string]any{"url": srv.URL, "tokenFile": "/etc/vkubelet/token/token",
 			"stateFile": "/var/lib/vkubelet/interlink-state.json", "pollInterval": "1s",
 			"capacity": map[string]string{"cpu": "4", "memory": "8Gi", "pods": "10"}},
-	}
-	install(t, helm, ns, "interlink", values)
-	testenv.WaitNodeReady(t, c, node, 2*time.Minute)
-	uid := runPodOn(t, c, ns, node)
-	if _, creates, _ := plugin.Submitted(uid); creates != 1 {
-		t.Errorf("the plugin was asked to create the pod %d times, want 1", creates)
 	}
 }
 

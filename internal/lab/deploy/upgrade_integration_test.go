@@ -2,9 +2,7 @@ package deploy
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,11 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vkubelet/vkubelet/internal/lab/image"
-	"github.com/vkubelet/vkubelet/internal/lab/interlinkplugin"
 	"github.com/vkubelet/vkubelet/internal/lab/previous"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/version"
-	"github.com/vkubelet/vkubelet/providers/mock"
 )
 
 // previousTag is the tag the previous version's image is imported under.
@@ -74,24 +70,10 @@ func testUpgradeFromThePreviousVersion(t *testing.T, h *host) {
 	}
 	h.importPrevious(t, repo)
 
-	token := rand.Text()
-	m, err := mock.New(mock.Config{}, node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugin := interlinkplugin.New(m, token)
-	srv := httptest.NewServer(plugin)
-	t.Cleanup(srv.Close)
-	createSecret(t, c, ns, "plugin-token", map[string][]byte{"token": []byte(token + "\n")})
+	plugin, providerValues := servePlugin(t, c, ns, node)
 	values := h.values(t, node)
 	values["image"] = map[string]any{"tag": previousTag, "pullPolicy": "Never"}
-	values["provider"] = map[string]any{
-		"name":        "interlink",
-		"tokenSecret": "plugin-token",
-		"config": map[string]any{"url": srv.URL, "tokenFile": "/etc/vkubelet/token/token",
-			"stateFile": "/var/lib/vkubelet/interlink-state.json", "pollInterval": "1s",
-			"capacity": map[string]string{"cpu": "4", "memory": "8Gi", "pods": "10"}},
-	}
+	values["provider"] = providerValues
 	valuesFile := installChart(t, helm, ns, release, chart, values)
 	previousVersion := version.KubernetesVersion + "-vkubelet-" + previous.Version
 	testenv.WaitNodeVersion(t, c, node, previousVersion)

@@ -324,3 +324,30 @@ func WaitNodeVersion(t testing.TB, c kubernetes.Interface, node, kubeletVersion 
 	})
 	WaitNodeReady(t, c, node, 2*time.Minute)
 }
+
+// DeleteAllPods asks for the deletion of every pod in ns, one request per pod,
+// twenty at a time, as `kubectl delete pods --all` does. One DeleteCollection
+// of a thousand pods can outlast the API server's request timeout on a busy
+// machine (a 504, the deletion left half done).
+func DeleteAllPods(t testing.TB, ns string) {
+	t.Helper()
+	c := Client(t)
+	ctx := context.Background()
+	l, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 20)
+	for _, p := range l.Items {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := c.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting pod %s/%s: %v", ns, p.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -321,9 +321,7 @@ func TestProviderFailuresConvergeAndAreEvents(t *testing.T) {
 		r := running(podsOn(ctx, c, ns), node)
 		return r == n, fmt.Sprintf("%d of %d pods Running", r, n)
 	})
-	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.DeleteAllPods(t, ns)
 	testenv.Eventually(t, 120*time.Second, func() (bool, string) {
 		left := len(podsOn(ctx, c, ns))
 		return left == 0, fmt.Sprintf("%d pods not yet removed", left)
