@@ -1,7 +1,8 @@
 // Package previous builds the vkubelet that users run before they upgrade to
 // this one, for the upgrade tests: until there is a release, it is a pinned
-// commit of this repository's history, built from the clone's own history (so a
-// clone without that history cannot run them, and says so).
+// commit of this repository's history, built from the clone's own history (a
+// shallow clone fetches that one commit from its origin; one that cannot says
+// so).
 //
 // The binary is built as `make build` builds (static, -trimpath), so the
 // dependency graph compiled for this checkout serves it wherever the two
@@ -18,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 )
@@ -113,8 +115,15 @@ func Chart(ctx context.Context, repo string) (string, error) {
 // in .git changed).
 func extract(ctx context.Context, repo, dst string, paths ...string) error {
 	if err := git(ctx, repo, nil, "cat-file", "-e", Commit+"^{commit}"); err != nil {
-		return fmt.Errorf("the previous version, commit %s, is not in the history of the clone at %s "+
-			"(a shallow clone?): `git fetch --unshallow` brings it: %w", Commit, repo, err)
+		// A shallow clone lacks it: one commit, fetched from where the clone
+		// came from, is enough (where that can be reached).
+		fetchCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if fetchErr := git(fetchCtx, repo, nil, "fetch", "--quiet", "--depth=1", "origin", Commit); fetchErr != nil {
+			return fmt.Errorf("the previous version, commit %s, is not in the history of the clone at %s "+
+				"(a shallow clone?), and fetching it from origin failed (%v): `git fetch --unshallow` brings it: %w",
+				Commit, repo, fetchErr, err)
+		}
 	}
 	var tarball bytes.Buffer
 	if err := git(ctx, repo, &tarball, append([]string{"archive", "--format=tar", Commit}, paths...)...); err != nil {
