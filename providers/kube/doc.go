@@ -10,7 +10,9 @@
 // "<ns>-<clusterID>", "same" keeps ns (only sound when one source cluster uses the
 // target namespaces). Names longer than the API allows are cut and end with a hash
 // of the full name, so the mapping stays stable and injective. Missing target
-// namespaces are created (and left in place).
+// namespaces are created (and left in place). Keeping the name also keeps "at most
+// one copy": a StatefulSet's new db-0 cannot be created in the target while the old
+// one is still there, terminating.
 //
 // Every object the provider creates carries the label vkubelet.io/offloaded-by
 // (cluster id and node name, hashed if long) and vkubelet.io/origin-uid; its
