@@ -111,8 +111,8 @@ func Chart(ctx context.Context, repo string) (string, error) {
 }
 
 // extract writes the files of Commit under paths (all if none) into dst, with
-// git archive: nothing of the clone is touched (no worktree to remove, nothing
-// in .git changed).
+// git archive: no worktree to add and remove. Only a shallow clone is changed,
+// by the fetch of that commit.
 func extract(ctx context.Context, repo, dst string, paths ...string) error {
 	if err := git(ctx, repo, nil, "cat-file", "-e", Commit+"^{commit}"); err != nil {
 		// A shallow clone lacks it: one commit, fetched from where the clone
