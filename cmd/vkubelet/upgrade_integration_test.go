@@ -40,10 +40,13 @@ const (
 // version (package previous), stops it with SIGTERM as a rollout does, starts this
 // version on the same state and checks that every pod kept its UID, its
 // containers (IDs, start times, restart counts unchanged) and its single creation
-// in the provider; then that the upgraded node still starts and deletes pods.
-// The mock runs in the node's process (its state in a file), and in a provider
-// process of its own, upgraded after the node (an older provider behind a newer
-// node) or before it (the reverse); the CRI provider runs real containers.
+// in the provider; then that the upgraded node still starts and deletes pods,
+// and that stopping it (SIGTERM) leaves its Node object and its pods as they
+// were. The mock runs in the node's process (its state in a file), and in a
+// provider process of its own, upgraded after the node (an older provider
+// behind a newer node) or before it (the reverse); the CRI provider runs real
+// containers, the Slurm provider jobs of a real Slurm, the kube provider pods
+// in a target cluster of its own.
 func TestAnUpgradeFromThePreviousVersionDisturbsNoPod(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
