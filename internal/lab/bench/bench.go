@@ -31,6 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/lab/proc"
 )
 
 // Config says what to measure.
@@ -372,13 +374,13 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 			return nil, n.failed(err)
 		}
 	}
-	idle, err := n.proc.usage()
+	idle, err := n.proc.Usage()
 	if err != nil {
 		return nil, err
 	}
-	var providerIdle usage
+	var providerIdle proc.Usage
 	if n.provider != nil {
-		if providerIdle, err = n.provider.usage(); err != nil {
+		if providerIdle, err = n.provider.Usage(); err != nil {
 			return nil, err
 		}
 	}
@@ -393,11 +395,11 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	var idleHeap float64
 	r.NoHeap = n.metricsURL == ""
 	if !r.NoHeap {
-		if idleHeap, err = liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "idle")); err != nil {
+		if idleHeap, err = proc.LiveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "idle")); err != nil {
 			return nil, n.failed(err)
 		}
 	}
-	r.IdleRSSMiB, r.IdleAnonMiB, r.IdleFileMiB = idle.rssMiB, idle.anonMiB, idle.fileMiB
+	r.IdleRSSMiB, r.IdleAnonMiB, r.IdleFileMiB = idle.RSSMiB, idle.AnonMiB, idle.FileMiB
 	if r.Nodes > 0 {
 		r.IdleHeapKiBPerNode = idleHeap * 1024 / float64(r.Nodes)
 	}
@@ -427,20 +429,20 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	for _, v := range r.WritesByKind {
 		r.WritesPerPod += v
 	}
-	used, err := n.proc.usage()
+	used, err := n.proc.Usage()
 	if err != nil {
 		return nil, err
 	}
-	r.RSSGrowthMiB = used.rssMiB - idle.rssMiB
-	r.AnonMiB, r.FileMiB = used.anonMiB, used.fileMiB
+	r.RSSGrowthMiB = used.RSSMiB - idle.RSSMiB
+	r.AnonMiB, r.FileMiB = used.AnonMiB, used.FileMiB
 	// What the process keeps per pod, not what it holds while it still works
 	// through the burst's last events (watch data not yet read, notifications
 	// and queue items waiting: 0.1 to 0.5 KiB per pod in single runs).
-	if err := waitQuiet(ctx, n.proc, quietCPU, quietWait); err != nil {
+	if err := proc.WaitQuiet(ctx, n.proc, proc.QuietCPU, proc.QuietWait); err != nil {
 		return nil, n.failed(err)
 	}
 	if !r.NoHeap {
-		usedHeap, err := liveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "pods"))
+		usedHeap, err := proc.LiveHeapMiB(ctx, n.metricsURL, heapProfile(cfg, n.kind, "pods"))
 		if err != nil {
 			return nil, n.failed(err)
 		}
@@ -475,17 +477,17 @@ func measureNode(ctx context.Context, c kubernetes.Interface, cfg Config, n *nod
 	r.DeleteSeconds = time.Since(deleteStart).Seconds()
 	r.DeletePodsPerS = float64(cfg.Pods) / dspan.Seconds()
 	r.DeleteP99ms = percentile(dlat, 99)
-	final, err := n.proc.usage()
+	final, err := n.proc.Usage()
 	if err != nil {
 		return nil, err
 	}
-	r.PeakRSSMiB, r.CPUSeconds = final.peakMiB, final.cpuSeconds-idle.cpuSeconds
+	r.PeakRSSMiB, r.CPUSeconds = final.PeakMiB, final.CPUSeconds-idle.CPUSeconds
 	if n.provider != nil {
-		providerFinal, err := n.provider.usage()
+		providerFinal, err := n.provider.Usage()
 		if err != nil {
 			return nil, err
 		}
-		r.ProviderCPUSeconds = providerFinal.cpuSeconds - providerIdle.cpuSeconds
+		r.ProviderCPUSeconds = providerFinal.CPUSeconds - providerIdle.CPUSeconds
 	}
 	fmt.Fprintf(cfg.Log, "bench: %s: %.1f pods/s, delete %.1f pods/s\n", n.kind, r.PodsPerS, r.DeletePodsPerS)
 	return r, nil

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vkubelet/vkubelet/internal/process/agent"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/process/agent"
 )
 
 func TestMedianTakesEachFigureSeparately(t *testing.T) {
@@ -306,45 +307,6 @@ func TestWritesPerPodSubtractsTheBenchmarksOwn(t *testing.T) {
 	}
 }
 
-func TestParseSample(t *testing.T) {
-	for _, tc := range []struct {
-		line   string
-		name   string
-		labels map[string]string
-		value  float64
-		ok     bool
-	}{
-		{line: `go_memstats_heap_alloc_bytes 1.2e+06`, name: "go_memstats_heap_alloc_bytes", labels: map[string]string{}, value: 1.2e6, ok: true},
-		{line: `apiserver_request_total{code="201",component="apiserver",resource="serviceaccounts",subresource="token",verb="POST"} 50`,
-			name: "apiserver_request_total", labels: map[string]string{"code": "201", "component": "apiserver", "resource": "serviceaccounts", "subresource": "token", "verb": "POST"}, value: 50, ok: true},
-		{line: `x{a="with, comma",b="quote \" and \\ slash"} 3 1700000000`, name: "x", labels: map[string]string{"a": "with, comma", "b": `quote " and \ slash`}, value: 3, ok: true},
-		{line: `# TYPE x counter`},
-		{line: ``},
-		{line: `x{a="unterminated} 3`},
-		{line: `x notanumber`},
-	} {
-		name, labels, v, ok := parseSample(tc.line)
-		if ok != tc.ok {
-			t.Errorf("parseSample(%q) ok = %v, want %v", tc.line, ok, tc.ok)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		if name != tc.name || v != tc.value || len(labels) != len(tc.labels) {
-			t.Errorf("parseSample(%q) = %q %v %v", tc.line, name, labels, v)
-			continue
-		}
-		for k, want := range tc.labels {
-			if labels[k] != want {
-				t.Errorf("parseSample(%q): %s = %q, want %q", tc.line, k, labels[k], want)
-			}
-		}
-	}
-}
-
-// The bench counts the pod watches under the labels the agent gives them, and
-// nothing else.
 func TestPodWatchesAreCountedUnderTheAgentsLabels(t *testing.T) {
 	for url, want := range map[string]bool{
 		"https://api/api/v1/pods?fieldSelector=spec.nodeName%3Dn&watch=true":                          true,

@@ -167,7 +167,7 @@ func measureCRINode(ctx context.Context, c kubernetes.Interface, cfg Config, env
 	o := observe(c, ns)
 	defer close(o.stop)
 	time.Sleep(2 * time.Second) // let start-up requests (lease, node status, informers) settle
-	before, err := n.proc.usage()
+	before, err := n.proc.Usage()
 	if err != nil {
 		return PathFigures{}, 0, err
 	}
@@ -175,7 +175,7 @@ func measureCRINode(ctx context.Context, c kubernetes.Interface, cfg Config, env
 	if err != nil {
 		return PathFigures{}, 0, n.failed(err)
 	}
-	after, err := n.proc.usage()
+	after, err := n.proc.Usage()
 	if err != nil {
 		return PathFigures{}, 0, err
 	}
@@ -190,7 +190,7 @@ func measureCRINode(ctx context.Context, c kubernetes.Interface, cfg Config, env
 	if err != nil {
 		return PathFigures{}, 0, n.failed(fmt.Errorf("deleting the pods: %w", err))
 	}
-	return figures(cfg.Pods, lat, span), after.cpuSeconds - before.cpuSeconds, nil
+	return figures(cfg.Pods, lat, span), after.CPUSeconds - before.CPUSeconds, nil
 }
 
 // rawCRI runs pods through the CRI without a node: what `crictl runp`, `crictl

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/vkubelet/vkubelet/internal/lab/proc"
 )
 
 // readVerbs are the request verbs that write nothing.
@@ -68,34 +70,34 @@ func startRemoteAgent(ctx context.Context, cfg Config) (*node, error) {
 	}
 	sock := filepath.Join(dir, "p.sock")
 	const name = "bench-remote-node"
-	pprofAddr, err := freeAddr()
+	pprofAddr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"provider", "serve", "--provider", "mock", "--nodename", name,
 		"--listen", "unix://" + sock, "--pprof-addr", pprofAddr, "--log-level", "warn"}
-	mock, err := startChild(ctx, cfg.Binary, args, cfg.AgentEnv, dir)
+	mock, err := proc.Start(ctx, cfg.Binary, args, cfg.AgentEnv, dir)
 	if err != nil {
 		return nil, fmt.Errorf("starting the provider: %w", err)
 	}
-	fmt.Fprintf(cfg.Log, "bench: provider pid %d: %s %s\n", mock.cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
+	fmt.Fprintf(cfg.Log, "bench: provider pid %d: %s %s\n", mock.Cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
 	conf := filepath.Join(dir, "remote.json")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`{"endpoint": "unix://%s"}`, sock)), 0o644); err != nil {
-		mock.stop()
+		mock.Stop()
 		return nil, err
 	}
 	n, err := startAgentWith(ctx, cfg, "vkubelet-remote", name, []string{"--provider", "remote", "--provider-config", conf})
 	if err != nil {
-		mock.stop()
+		mock.Stop()
 		return nil, err
 	}
 	n.provider = mock
-	n.cleanup = mock.stop
+	n.cleanup = mock.Stop
 	return n, nil
 }
 
 func startAgentWith(ctx context.Context, cfg Config, kind, name string, providerArgs []string) (*node, error) {
-	addr, err := freeAddr()
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +114,13 @@ func startAgentWith(ctx context.Context, cfg Config, kind, name string, provider
 		"--metrics-addr", addr, "--kubelet-port", "0", "--self-signed-serving-cert", "--disable-taint",
 		"--cert-dir", dir, "--log-level", "warn")
 	args = append(args, cfg.AgentArgs...)
-	if n.proc, err = startChild(ctx, cfg.Binary, args, cfg.AgentEnv, dir); err != nil {
+	if n.proc, err = proc.Start(ctx, cfg.Binary, args, cfg.AgentEnv, dir); err != nil {
 		return nil, fmt.Errorf("starting the node agent: %w", err)
 	}
-	fmt.Fprintf(cfg.Log, "bench: node agent pid %d: %s %s\n", n.proc.cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
+	fmt.Fprintf(cfg.Log, "bench: node agent pid %d: %s %s\n", n.proc.Cmd.Process.Pid, cfg.Binary, strings.Join(args, " "))
 	n.writes = func(ctx context.Context) (map[string]float64, error) {
 		out := map[string]float64{}
-		err := scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
+		err := proc.Scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
 			if name == "vkubelet_api_requests_total" && !readVerbs[l["verb"]] {
 				out[l["verb"]+" "+l["resource"]] += v
 			}
@@ -127,7 +129,7 @@ func startAgentWith(ctx context.Context, cfg Config, kind, name string, provider
 	}
 	n.podWatches = func(ctx context.Context) (float64, error) {
 		var watches float64
-		err := scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
+		err := proc.Scrape(ctx, http.DefaultClient, n.metricsURL+"/metrics", func(name string, l map[string]string, v float64) {
 			if name == "vkubelet_api_requests_total" && isPodWatch(l["verb"], l["resource"]) {
 				watches += v
 			}
@@ -157,7 +159,7 @@ func kwokNode(name string) *corev1.Node {
 // else writing to the API server meanwhile is counted too (on the benchmark's own
 // control plane: the API server's own lease, every 10 s).
 func startKwok(ctx context.Context, c kubernetes.Interface, cfg Config) (*node, error) {
-	addr, err := freeAddr()
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -196,11 +198,11 @@ func startKwok(ctx context.Context, c kubernetes.Interface, cfg Config) (*node, 
 	// kwok also reads ~/.kwok/kwok.yaml if there is one; a HOME of its own keeps a
 	// user's configuration out of the measurement.
 	env := []string{"HOME=" + dir}
-	if n.proc, err = startChild(ctx, cfg.KwokBinary, args, env, dir); err != nil {
+	if n.proc, err = proc.Start(ctx, cfg.KwokBinary, args, env, dir); err != nil {
 		n.cleanup()
 		return nil, err
 	}
-	fmt.Fprintf(cfg.Log, "bench: kwok pid %d: %s %s\n", n.proc.cmd.Process.Pid, cfg.KwokBinary, strings.Join(args, " "))
+	fmt.Fprintf(cfg.Log, "bench: kwok pid %d: %s %s\n", n.proc.Cmd.Process.Pid, cfg.KwokBinary, strings.Join(args, " "))
 	n.writes = apiServerWrites(cfg.RESTConfig)
 	return n, nil
 }
@@ -214,7 +216,7 @@ func apiServerWrites(cfg *rest.Config) func(ctx context.Context) (map[string]flo
 			return nil, err
 		}
 		out := map[string]float64{}
-		err = scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(name string, l map[string]string, v float64) {
+		err = proc.Scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(name string, l map[string]string, v float64) {
 			if name != "apiserver_request_total" || readVerbs[l["verb"]] || l["verb"] == "CONNECT" {
 				return
 			}

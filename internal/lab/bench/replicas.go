@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/vkubelet/vkubelet/internal/lab/proc"
 )
 
 // ReplicasResult is what RunReplicas measured: Replicas vkubelet processes
@@ -100,7 +102,7 @@ func RunReplicas(ctx context.Context, cfg Config, replicas int) (*ReplicasResult
 			return nil, err
 		}
 		procs = append(procs, n)
-		ids[host+"_"+strconv.Itoa(n.proc.cmd.Process.Pid)] = i
+		ids[host+"_"+strconv.Itoa(n.proc.Cmd.Process.Pid)] = i
 	}
 	res := &ReplicasResult{Nodes: cfg.Nodes, Replicas: replicas, Each: make([]ReplicaResult, replicas)}
 
@@ -150,11 +152,11 @@ func RunReplicas(ctx context.Context, cfg Config, replicas int) (*ReplicasResult
 	}
 	res.SpreadSeconds = time.Since(began).Seconds()
 	for i, p := range procs {
-		u, err := p.proc.usage()
+		u, err := p.proc.Usage()
 		if err != nil {
 			return nil, err
 		}
-		res.Each[i].Pid, res.Each[i].CPUSecondsToSpread = p.proc.cmd.Process.Pid, u.cpuSeconds
+		res.Each[i].Pid, res.Each[i].CPUSecondsToSpread = p.proc.Cmd.Process.Pid, u.CPUSeconds
 	}
 	fmt.Fprintf(cfg.Log, "bench: %d nodes spread over %d replicas after %.1fs; waiting for every Node to be Ready\n", cfg.Nodes, replicas, res.SpreadSeconds)
 	for {
@@ -183,9 +185,9 @@ func RunReplicas(ctx context.Context, cfg Config, replicas int) (*ReplicasResult
 	res.ReadySeconds = time.Since(began).Seconds()
 	fmt.Fprintf(cfg.Log, "bench: every Node Ready after %.1fs; watching them idle for %s\n", res.ReadySeconds, cfg.NodeIdle)
 
-	before := make([]usage, replicas)
+	before := make([]proc.Usage, replicas)
 	for i, p := range procs {
-		if before[i], err = p.proc.usage(); err != nil {
+		if before[i], err = p.proc.Usage(); err != nil {
 			return nil, err
 		}
 	}
@@ -214,13 +216,13 @@ func RunReplicas(ctx context.Context, cfg Config, replicas int) (*ReplicasResult
 		return nil, err
 	}
 	for i, p := range procs {
-		u, err := p.proc.usage()
+		u, err := p.proc.Usage()
 		if err != nil {
 			return nil, err
 		}
 		e := &res.Each[i]
-		e.Nodes, e.RSSMiB, e.PeakMiB = held[i], u.rssMiB, u.peakMiB
-		e.CPUPercent = 100 * (u.cpuSeconds - before[i].cpuSeconds) / window
+		e.Nodes, e.RSSMiB, e.PeakMiB = held[i], u.RSSMiB, u.PeakMiB
+		e.CPUPercent = 100 * (u.CPUSeconds - before[i].CPUSeconds) / window
 	}
 	return res, nil
 }
@@ -241,7 +243,7 @@ func leaseRequests(ctx context.Context, cfg *rest.Config) (map[string]float64, e
 		return nil, err
 	}
 	out := map[string]float64{}
-	err = scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(name string, l map[string]string, v float64) {
+	err = proc.Scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(name string, l map[string]string, v float64) {
 		if name == "apiserver_request_total" && l["resource"] == "leases" {
 			out[l["verb"]] += v
 		}

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/vkubelet/vkubelet/internal/lab/proc"
 )
 
 // startUpstreamMock runs upstream virtual-kubelet's mock provider on vkubelet's
@@ -34,11 +36,11 @@ func startUpstreamMock(ctx context.Context, cfg Config) (*node, error) {
 // heap is not measured.
 func startUpstreamEngine(ctx context.Context, c kubernetes.Interface, cfg Config) (*node, error) {
 	const name = "bench-upstream-engine-node"
-	metrics, err := freeAddr()
+	metrics, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	kubelet, err := freeAddr()
+	kubelet, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -74,10 +76,10 @@ func startUpstreamEngine(ctx context.Context, c kubernetes.Interface, cfg Config
 		"--metrics-addr", metrics, "--disable-taint", "--log-level", "warn"}
 	env := []string{"KUBELET_PORT=" + kubeletPort, "VKUBELET_POD_IP=127.0.0.1",
 		"APISERVER_CERT_LOCATION=" + certFile, "APISERVER_KEY_LOCATION=" + keyFile}
-	if n.proc, err = startChild(ctx, cfg.UpstreamEngine, args, env, dir); err != nil {
+	if n.proc, err = proc.Start(ctx, cfg.UpstreamEngine, args, env, dir); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(cfg.Log, "bench: upstream virtual-kubelet pid %d: %s %s\n", n.proc.cmd.Process.Pid, cfg.UpstreamEngine, strings.Join(args, " "))
+	fmt.Fprintf(cfg.Log, "bench: upstream virtual-kubelet pid %d: %s %s\n", n.proc.Cmd.Process.Pid, cfg.UpstreamEngine, strings.Join(args, " "))
 	n.writes = apiServerWrites(cfg.RESTConfig)
 	return n, nil
 }

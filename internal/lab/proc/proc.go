@@ -1,4 +1,8 @@
-package bench
+// Package proc starts the lab's measured processes (a node agent, kwok, a
+// provider) as children and reads what they cost: resident memory and CPU from
+// /proc, the live heap from a Go process's pprof endpoint, samples from its
+// Prometheus /metrics. The benchmark and the soak use it; it decides nothing.
+package proc
 
 import (
 	"bufio"
@@ -17,81 +21,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// node is a node implementation under measurement: a child process that keeps a
-// Node object Ready and runs the pods bound to it.
-type node struct {
-	kind  string   // "vkubelet" or "kwok"
-	names []string // the Node objects
-	proc  *child
-	// provider, if set, is the provider's own process (`vkubelet provider
-	// serve`) behind the agent: its CPU is reported next to the agent's.
-	provider *child
-	// metricsURL serves the process's Go runtime metrics (/metrics) and pprof
-	// (/debug/pprof), for its live heap; empty if it serves none.
-	metricsURL string
-	// registeredIsReady: the Node is measured once it exists, as its provider
-	// reports it NotReady on purpose (upstream's mock: KubeletPending).
-	registeredIsReady bool
-	// writes returns the API writes counted so far for the node, keyed
-	// "VERB resource[/subresource]".
-	writes func(ctx context.Context) (map[string]float64, error)
-	// podWatches, if set, returns how many pod watches the process has opened
-	// (each watch the API server closes is one more): the agent's own count.
-	podWatches func(ctx context.Context) (float64, error)
-	// benchWrites are writes, per pod started, that writes counts but the benchmark
-	// itself made; they are subtracted.
-	benchWrites map[string]float64
-	// cleanup, if set, runs after the process has stopped.
-	cleanup func()
-}
-
-// countPodWatches is podWatches, or 0 for a process that does not count them.
-func (n *node) countPodWatches(ctx context.Context) (float64, error) {
-	if n.podWatches == nil {
-		return 0, nil
-	}
-	return n.podWatches(ctx)
-}
-
-func (n *node) stop() {
-	n.proc.stop()
-	if n.cleanup != nil {
-		n.cleanup()
-	}
-}
-
-// failed adds the end of the node's log to err.
-func (n *node) failed(err error) error {
-	return fmt.Errorf("%s: %w; %s log:\n%s", n.kind, err, n.kind, n.proc.tail())
-}
-
-// child is a process started by the benchmark, logging to a file.
-type child struct {
-	cmd     *exec.Cmd
+// Child is a process started by the lab, logging to a file.
+type Child struct {
+	Cmd     *exec.Cmd // started; its Process is the child
 	logPath string
 	dir     string // removed when the process stops
 }
 
-// startChild runs bin with args, logging to a file in dir (a directory of its own,
-// removed when it stops), with env added to the benchmark's environment. The
+// Start runs bin with args, logging to a file in dir (a directory of its own,
+// removed when it stops), with env added to the caller's environment. The
 // binary's pages are dropped from the page cache first (dropCachedPages): each
 // process under measurement reads its binary afresh.
-func startChild(ctx context.Context, bin string, args, env []string, dir string) (*child, error) {
-	c := &child{dir: dir, logPath: filepath.Join(dir, "log")}
+func Start(ctx context.Context, bin string, args, env []string, dir string) (*Child, error) {
+	c := &Child{dir: dir, logPath: filepath.Join(dir, "log")}
 	logFile, err := os.Create(c.logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own descriptor
-	c.cmd = exec.CommandContext(ctx, bin, args...)
-	if c.cmd.Err == nil {
+	c.Cmd = exec.CommandContext(ctx, bin, args...)
+	if c.Cmd.Err == nil {
 		// Best effort: should it fail, only the file-backed figure changes: it
 		// then depends on how the binary's pages came into the cache.
-		_ = dropCachedPages(c.cmd.Path)
+		_ = dropCachedPages(c.Cmd.Path)
 	}
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
-	if err := c.cmd.Start(); err != nil {
+	c.Cmd.Env = append(os.Environ(), env...)
+	c.Cmd.Stdout, c.Cmd.Stderr = logFile, logFile
+	if err := c.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	return c, nil
@@ -123,20 +79,23 @@ func dropCachedPages(path string) error {
 	return nil
 }
 
-func (c *child) stop() {
-	_ = c.cmd.Process.Signal(os.Interrupt)
+// Stop interrupts the process, kills it if it has not ended 10 s later, and
+// removes its directory.
+func (c *Child) Stop() {
+	_ = c.Cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
+	go func() { _ = c.Cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
+		_ = c.Cmd.Process.Kill()
 		<-done
 	}
 	_ = os.RemoveAll(c.dir)
 }
 
-func (c *child) tail() string {
+// Tail returns the last 20 lines of the process's log.
+func (c *Child) Tail() string {
 	b, _ := os.ReadFile(c.logPath)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > 20 {
@@ -145,18 +104,19 @@ func (c *child) tail() string {
 	return strings.Join(lines, "\n")
 }
 
-type usage struct {
-	rssMiB, peakMiB, cpuSeconds float64
-	// anonMiB and fileMiB split rssMiB: the process's own memory (its heap,
+// Usage is what a process costs, as /proc shows it.
+type Usage struct {
+	RSSMiB, PeakMiB, CPUSeconds float64
+	// AnonMiB and FileMiB split RSSMiB: the process's own memory (its heap,
 	// stacks, the runtime's) and the pages of files it maps, mostly its
 	// binary's code and read-only data, which the page cache shares.
-	anonMiB, fileMiB float64
+	AnonMiB, FileMiB float64
 }
 
-// usage reads the process's resident memory (now and peak) and CPU time from /proc.
-func (c *child) usage() (usage, error) {
-	var u usage
-	pid := c.cmd.Process.Pid
+// Usage reads the process's resident memory (now and peak) and CPU time from /proc.
+func (c *Child) Usage() (Usage, error) {
+	var u Usage
+	pid := c.Cmd.Process.Pid
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err
@@ -171,13 +131,13 @@ func (c *child) usage() (usage, error) {
 		kb, _ := strconv.ParseFloat(fields[1], 64)
 		switch fields[0] {
 		case "VmRSS:":
-			u.rssMiB = kb / 1024
+			u.RSSMiB = kb / 1024
 		case "VmHWM:":
-			u.peakMiB = kb / 1024
+			u.PeakMiB = kb / 1024
 		case "RssAnon:":
-			u.anonMiB = kb / 1024
+			u.AnonMiB = kb / 1024
 		case "RssFile:":
-			u.fileMiB = kb / 1024
+			u.FileMiB = kb / 1024
 		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -188,12 +148,12 @@ func (c *child) usage() (usage, error) {
 	rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
 	utime, _ := strconv.ParseFloat(rest[11], 64)
 	stime, _ := strconv.ParseFloat(rest[12], 64)
-	u.cpuSeconds = (utime + stime) / 100 // USER_HZ is 100 on Linux
+	u.CPUSeconds = (utime + stime) / 100 // USER_HZ is 100 on Linux
 	return u, nil
 }
 
-// freeAddr returns a loopback address with a free port.
-func freeAddr() (string, error) {
+// FreeAddr returns a loopback address with a free port.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -202,7 +162,7 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// liveHeapMiB has a Go process collect garbage twice and returns its live heap:
+// LiveHeapMiB has a Go process collect garbage twice and returns its live heap:
 // the heap in use right after the second collection, as its pprof heap endpoint
 // reports it with gc=1&debug=1 (runtime.MemStats' HeapAlloc, read as the
 // profile is written). Read from /metrics a moment later, as it was until
@@ -210,17 +170,17 @@ func freeAddr() (string, error) {
 // against about 35 in one vkubelet run with 10,000 pods, whose agent was still
 // busy. With profile set, the heap profile as of that collection is saved there
 // too.
-func liveHeapMiB(ctx context.Context, baseURL, profile string) (float64, error) {
+func LiveHeapMiB(ctx context.Context, baseURL, profile string) (float64, error) {
 	// Two collections: the first moves what sync.Pools hold (HTTP/2's data
 	// chunks, 1.5 to 3 MiB of them after a burst) to their victim caches, which
 	// only the second frees, as runtime.GC twice does in this project's probes.
-	resp, err := get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap?gc=1")
+	resp, err := Get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap?gc=1")
 	if err != nil {
 		return 0, fmt.Errorf("forcing a GC: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	resp, err = get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap?gc=1&debug=1")
+	resp, err = Get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
 		return 0, fmt.Errorf("forcing a GC: %w", err)
 	}
@@ -230,7 +190,7 @@ func liveHeapMiB(ctx context.Context, baseURL, profile string) (float64, error) 
 		return 0, fmt.Errorf("%s/debug/pprof/heap: %w", baseURL, err)
 	}
 	if profile != "" {
-		if err := saveHeapProfile(ctx, baseURL, profile); err != nil {
+		if err := SaveHeapProfile(ctx, baseURL, profile); err != nil {
 			return 0, err
 		}
 	}
@@ -253,10 +213,10 @@ func heapAllocOf(r io.Reader) (uint64, error) {
 	return 0, fmt.Errorf("no HeapAlloc in the heap profile")
 }
 
-// saveHeapProfile writes the process's heap profile, as of its last garbage
+// SaveHeapProfile writes the process's heap profile, as of its last garbage
 // collection, to file.
-func saveHeapProfile(ctx context.Context, baseURL, file string) error {
-	resp, err := get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap")
+func SaveHeapProfile(ctx context.Context, baseURL, file string) error {
+	resp, err := Get(ctx, http.DefaultClient, baseURL+"/debug/pprof/heap")
 	if err != nil {
 		return fmt.Errorf("reading the heap profile: %w", err)
 	}
@@ -278,7 +238,8 @@ func saveHeapProfile(ctx context.Context, baseURL, file string) error {
 	return nil
 }
 
-func get(ctx context.Context, c *http.Client, url string) (*http.Response, error) {
+// Get sends a GET to url and returns the response, an error unless it is 200 OK.
+func Get(ctx context.Context, c *http.Client, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -291,9 +252,9 @@ func get(ctx context.Context, c *http.Client, url string) (*http.Response, error
 	return resp, err
 }
 
-// scrape calls fn with every sample of the Prometheus text exposition at url.
-func scrape(ctx context.Context, c *http.Client, url string, fn func(name string, labels map[string]string, value float64)) error {
-	resp, err := get(ctx, c, url)
+// Scrape calls fn with every sample of the Prometheus text exposition at url.
+func Scrape(ctx context.Context, c *http.Client, url string, fn func(name string, labels map[string]string, value float64)) error {
+	resp, err := Get(ctx, c, url)
 	if err != nil {
 		return fmt.Errorf("reading metrics: %w", err)
 	}
@@ -301,16 +262,16 @@ func scrape(ctx context.Context, c *http.Client, url string, fn func(name string
 	s := bufio.NewScanner(resp.Body)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
-		if name, labels, v, ok := parseSample(s.Text()); ok {
+		if name, labels, v, ok := ParseSample(s.Text()); ok {
 			fn(name, labels, v)
 		}
 	}
 	return s.Err()
 }
 
-// parseSample parses one sample line of the Prometheus text format:
+// ParseSample parses one sample line of the Prometheus text format:
 // name{label="value",...} value [timestamp].
-func parseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
+func ParseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
 	if line == "" || line[0] == '#' {
 		return "", nil, 0, false
 	}
@@ -373,17 +334,17 @@ func parseSample(line string) (name string, labels map[string]string, value floa
 	return name, labels, v, true
 }
 
-// quietCPU and quietWait bound waitQuiet in the benchmark: a second of under
+// QuietCPU and QuietWait are the benchmark's bounds of WaitQuiet: a second of under
 // 5 % of a core, waited for at most 30 s.
 const (
-	quietCPU  = 0.05
-	quietWait = 30 * time.Second
+	QuietCPU  = 0.05
+	QuietWait = 30 * time.Second
 )
 
-// waitQuiet waits until the process used less than cpu seconds of CPU in one
+// WaitQuiet waits until the process used less than cpu seconds of CPU in one
 // second, or until max has passed.
-func waitQuiet(ctx context.Context, p *child, cpu float64, max time.Duration) error {
-	last, err := p.usage()
+func WaitQuiet(ctx context.Context, p *Child, cpu float64, max time.Duration) error {
+	last, err := p.Usage()
 	if err != nil {
 		return err
 	}
@@ -394,14 +355,35 @@ func waitQuiet(ctx context.Context, p *child, cpu float64, max time.Duration) er
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
-		u, err := p.usage()
+		u, err := p.Usage()
 		if err != nil {
 			return err
 		}
-		if u.cpuSeconds-last.cpuSeconds < cpu {
+		if u.CPUSeconds-last.CPUSeconds < cpu {
 			return nil
 		}
 		last = u
 	}
 	return nil
+}
+
+// Descriptors counts the process's open file descriptors and, among them, its
+// sockets (network connections, listeners and unix sockets alike).
+func (c *Child) Descriptors() (fds, sockets int, err error) {
+	dir := fmt.Sprintf("/proc/%d/fd", c.Cmd.Process.Pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // closed since the directory was read
+		}
+		fds++
+		if strings.HasPrefix(target, "socket:") {
+			sockets++
+		}
+	}
+	return fds, sockets, nil
 }

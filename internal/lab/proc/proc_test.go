@@ -1,4 +1,4 @@
-package bench
+package proc
 
 import (
 	"bytes"
@@ -40,25 +40,25 @@ func TestWaitQuietWaitsForAProcessToStopUsingCPU(t *testing.T) {
 		t.Skip("runs processes for seconds")
 	}
 	ctx := context.Background()
-	idle, err := startChild(ctx, "sleep", []string{"30"}, nil, t.TempDir())
+	idle, err := Start(ctx, "sleep", []string{"30"}, nil, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer idle.stop()
+	defer idle.Stop()
 	start := time.Now()
-	if err := waitQuiet(ctx, idle, 0.05, 10*time.Second); err != nil {
+	if err := WaitQuiet(ctx, idle, 0.05, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("an idle process was waited for %v", took)
 	}
-	busy, err := startChild(ctx, "sh", []string{"-c", "while :; do :; done"}, nil, t.TempDir())
+	busy, err := Start(ctx, "sh", []string{"-c", "while :; do :; done"}, nil, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer busy.stop()
+	defer busy.Stop()
 	start = time.Now()
-	if err := waitQuiet(ctx, busy, 0.05, 3*time.Second); err != nil {
+	if err := WaitQuiet(ctx, busy, 0.05, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took < 3*time.Second {
@@ -113,3 +113,43 @@ func residentPages(t *testing.T, path string, size int) int {
 	}
 	return n
 }
+
+func TestParseSample(t *testing.T) {
+	for _, tc := range []struct {
+		line   string
+		name   string
+		labels map[string]string
+		value  float64
+		ok     bool
+	}{
+		{line: `go_memstats_heap_alloc_bytes 1.2e+06`, name: "go_memstats_heap_alloc_bytes", labels: map[string]string{}, value: 1.2e6, ok: true},
+		{line: `apiserver_request_total{code="201",component="apiserver",resource="serviceaccounts",subresource="token",verb="POST"} 50`,
+			name: "apiserver_request_total", labels: map[string]string{"code": "201", "component": "apiserver", "resource": "serviceaccounts", "subresource": "token", "verb": "POST"}, value: 50, ok: true},
+		{line: `x{a="with, comma",b="quote \" and \\ slash"} 3 1700000000`, name: "x", labels: map[string]string{"a": "with, comma", "b": `quote " and \ slash`}, value: 3, ok: true},
+		{line: `# TYPE x counter`},
+		{line: ``},
+		{line: `x{a="unterminated} 3`},
+		{line: `x notanumber`},
+	} {
+		name, labels, v, ok := ParseSample(tc.line)
+		if ok != tc.ok {
+			t.Errorf("ParseSample(%q) ok = %v, want %v", tc.line, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if name != tc.name || v != tc.value || len(labels) != len(tc.labels) {
+			t.Errorf("ParseSample(%q) = %q %v %v", tc.line, name, labels, v)
+			continue
+		}
+		for k, want := range tc.labels {
+			if labels[k] != want {
+				t.Errorf("ParseSample(%q): %s = %q, want %q", tc.line, k, labels[k], want)
+			}
+		}
+	}
+}
+
+// The bench counts the pod watches under the labels the agent gives them, and
+// nothing else.
