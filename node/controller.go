@@ -60,6 +60,9 @@ type Controller struct {
 	// for LeaseCurrent.
 	renewedAt atomic.Int64
 	running   atomic.Bool // Run may be called once
+	// removing: the Node, as last seen (by the informer or a read before a
+	// write), is marked for removal (removal.go), so it is not created again.
+	removing atomic.Bool
 
 	// --- owned by Run ---
 
@@ -83,6 +86,9 @@ type Controller struct {
 	healthy bool
 	// statusDirty says a write of the node failed or was held back and is owed.
 	statusDirty bool
+	// removed: the Node was deleted while marked for removal; nothing is
+	// written any more (removal.go).
+	removed bool
 }
 
 // NewController checks cfg and returns a controller for its node. Nothing is
@@ -113,7 +119,8 @@ func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Run registers the node, then renews its lease every RenewInterval, writes its
 // status every StatusUpdateInterval and whenever the provider reports a change, and
-// registers it again when it is deleted. It blocks until ctx is done and then
+// registers it again when it is deleted, unless it was marked for removal
+// (RemovalAnnotation): then it stops writing. It blocks until ctx is done and then
 // returns nil; failed writes are logged and retried, never fatal.
 func (c *Controller) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
@@ -123,9 +130,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	// not Ready by someone else; everything else we read with a Get right before
 	// writing.
 	events := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*nodeSummary); ok {
+				c.noteRemoval(n.Removing)
+			}
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			oldNode, ok1 := oldObj.(*nodeSummary)
 			newNode, ok2 := newObj.(*nodeSummary)
+			if ok2 {
+				c.noteRemoval(newNode.Removing)
+			}
 			if ok1 && ok2 && oldNode.UID != newNode.UID {
 				c.poke(dueNodeGone)
 			} else if ok1 && ok2 && newNode.Ready != corev1.ConditionTrue && oldNode.Ready != newNode.Ready {
@@ -236,7 +251,8 @@ const (
 	// during an outage), so a healthy node puts its status right at once
 	// instead of at the next StatusUpdateInterval.
 	dueMarkedNotReady
-	// dueNodeGone: the node was deleted or replaced; register it again at once.
+	// dueNodeGone: the node was deleted or replaced; register it again at once
+	// (unless it was marked for removal).
 	dueNodeGone
 )
 
@@ -269,9 +285,17 @@ func (c *Controller) waitFor(ctx context.Context, what uint32) bool {
 // lease pointed at it), then one status write for however many causes, then
 // the heartbeat.
 func (c *Controller) handle(ctx context.Context, due uint32) {
+	if c.removed {
+		return
+	}
 	if due&dueNodeGone != 0 {
-		c.log.Info("node was deleted or replaced; registering it again")
+		if !c.removing.Load() {
+			c.log.Info("node was deleted or replaced; registering it again")
+		}
 		c.syncNode(ctx)
+		if c.removed {
+			return
+		}
 		if c.healthy && !c.statusDirty {
 			c.renewLease(ctx) // point the lease at the new Node at once
 		}

@@ -4,7 +4,8 @@
 // nodeInfo, default conditions) or merges those into an existing one, renews the
 // node's Lease in kube-node-lease while the provider answers Ping, writes the status
 // the provider reports through NotifyNodeStatus, and registers the node again if
-// someone deletes it. Every write to the Node is a patch of the keys vkubelet owns:
+// someone deletes it, unless it was marked for removal (RemovalAnnotation, set by
+// `vkubelet remove-node`; removal.go): then it stops writing the Node and its Lease. Every write to the Node is a patch of the keys vkubelet owns:
 // labels, annotations, taints and conditions written by others survive.
 //
 // It is not the pod controller and knows nothing about pods; it knows the provider

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 // node-lifecycle controller marks the node Unknown. On recovery the node is written
 // at once with Ready=True and fresh times, then the lease is renewed.
 func (c *Controller) heartbeat(ctx context.Context) {
+	if c.removed {
+		return
+	}
 	if err := c.ping(ctx); err != nil {
 		if c.healthy {
 			c.log.Warn("provider ping failed; not renewing the node lease until it recovers", "err", err)
@@ -36,6 +40,9 @@ func (c *Controller) heartbeat(ctx context.Context) {
 	}
 	if c.statusDirty {
 		c.syncNode(ctx)
+		if c.removed {
+			return
+		}
 	}
 	if c.renewLease(ctx) {
 		c.readyOnce.Do(func() {
@@ -65,6 +72,10 @@ func (c *Controller) renewLease(ctx context.Context) bool {
 		c.lease = nil
 		err = c.tryRenewLease(ctx)
 	}
+	if errors.Is(err, errRemoved) {
+		c.log.Info("node lease not created again: the node is being removed")
+		return false
+	}
 	if err != nil {
 		c.log.Error("renewing node lease failed", "err", err)
 		return false
@@ -93,6 +104,10 @@ func (c *Controller) tryRenewLease(ctx context.Context) error {
 	base := c.leaseCopy()
 	if base == nil {
 		got, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && c.removing.Load() {
+			// Deleted by the removal, the Node's deletion not seen yet.
+			return fmt.Errorf("node %s: lease deleted while the node is marked for removal: %w", name, errRemoved)
+		}
 		if apierrors.IsNotFound(err) {
 			created, err := leases.Create(ctx, renewedLease(nil, name, c.nodeUID, c.cfg.LeaseDuration, c.clock.Now()), metav1.CreateOptions{})
 			if err != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,12 @@ func (c *Controller) syncNode(ctx context.Context) {
 		c.statusDirty = true
 		return
 	}
-	if err := c.writeNode(ctx); err != nil {
+	err := c.writeNode(ctx)
+	if errors.Is(err, errRemoved) {
+		c.markRemoved()
+		return
+	}
+	if err != nil {
 		c.log.Error("writing node failed; retrying at the next renewal", "err", err)
 		c.statusDirty = true
 		return
@@ -32,7 +38,8 @@ func (c *Controller) syncNode(ctx context.Context) {
 
 // writeNode makes the Node in the API server match c.desired: it creates the node
 // if there is none, and otherwise patches in our labels, taints and providerID
-// (when they differ) and our status, leaving every other field alone.
+// (when they differ) and our status, leaving every other field alone. A Node
+// gone after it was marked for removal is not created: errRemoved.
 func (c *Controller) writeNode(ctx context.Context) error {
 	name := c.cfg.NodeName
 	nodes := c.client.CoreV1().Nodes()
@@ -40,6 +47,9 @@ func (c *Controller) writeNode(ctx context.Context) error {
 	desired := c.desiredCopy()
 	cur, err := nodes.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		if c.removing.Load() {
+			return errRemoved
+		}
 		created, err := nodes.Create(ctx, nodeForCreate(desired, now), metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("node %s: registering: %w", name, err)
@@ -52,6 +62,7 @@ func (c *Controller) writeNode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: reading: %w", name, err)
 	}
+	c.noteRemoval(BeingRemoved(cur))
 	if cur.UID != c.nodeUID {
 		c.log.Info("found existing node; merging our labels, taints and status into it", "uid", cur.UID)
 		c.nodeUID = cur.UID

@@ -17,9 +17,10 @@ import (
 
 // Watch is one watch of Node objects for all the nodes of a process, in place of
 // one per node: a Controller needs to hear of its Node only when it is deleted,
-// replaced or marked not Ready by someone else. It keeps of each Node its name,
-// UID and Ready condition (nodeSummary), whatever the Node's size, and hands
-// each change to the Controller of that node, if the process runs one.
+// replaced, marked not Ready by someone else or marked for removal. It keeps of
+// each Node its name, UID, Ready condition and removal mark (nodeSummary),
+// whatever the Node's size, and hands each change to the Controller of that
+// node, if the process runs one.
 type Watch struct {
 	informer cache.SharedIndexInformer
 	// router hands each Node's changes to its Controller.
@@ -50,6 +51,8 @@ type nodeSummary struct {
 	UID                   types.UID
 	// Ready is the status of the Node's Ready condition, "" without one.
 	Ready corev1.ConditionStatus
+	// Removing: the Node is marked for removal (BeingRemoved).
+	Removing bool
 }
 
 var (
@@ -80,7 +83,7 @@ func slimNode(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	return &nodeSummary{Name: n.Name, ResourceVersion: n.ResourceVersion, UID: n.UID, Ready: readyStatus(n)}, nil
+	return &nodeSummary{Name: n.Name, ResourceVersion: n.ResourceVersion, UID: n.UID, Ready: readyStatus(n), Removing: BeingRemoved(n)}, nil
 }
 
 // nodeName is the name of a Node, or of a tombstone's (Nodes have no
