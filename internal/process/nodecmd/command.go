@@ -1,6 +1,6 @@
 // Package nodecmd is vkubelet's node command line (cobra): run a node, or the
 // nodes of a NodeSet with leader election; providers; provider serve and
-// provider conformance; approve-csrs; version. Its flags are nodeflags'. It is
+// provider conformance; approve-csrs; remove-node; version. Its flags are nodeflags'. It is
 // built around a provider registry: cmd/vkubelet runs it with the built-in
 // providers, package sdk with a program's own beside them, so the image's
 // binary and a provider author's go one code path. It is not the lab's command
@@ -54,7 +54,7 @@ the several nodes a NodeSet file names (docs/NODESETS.md).`,
 	}
 	f.Register(cmd.Flags())
 	cmd.AddCommand(newRunCommand(providers), version.Command("vkubelet"), newProvidersCommand(providers),
-		newProviderCommand(providers), newApproverCommand())
+		newProviderCommand(providers), newApproverCommand(), newRemoveNodeCommand())
 	for _, name := range []string{"up", "bench", "controlplane"} {
 		cmd.AddCommand(newMovedCommand(name))
 	}
