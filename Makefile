@@ -55,13 +55,14 @@ release: controlplane
 		$(if $(REGISTRY),-registry $(REGISTRY)) $(RELEASE_FLAGS)
 
 # deploy/vkubelet.yaml: the chart (charts/vkubelet) rendered with its defaults, for
-# kubectl apply and kustomize (without the helm test hooks); a test checks that it
+# kubectl apply and kustomize, without its hooks (helm test's, and the uninstall's
+# node removal, which kubectl apply would run at once); a test checks that it
 # stays the chart's rendering.
 manifests: controlplane
 	@helm="$$($(BIN)/vkubeletctl controlplane build --all 2>/dev/null | grep '/helm$$')"; mkdir -p deploy; \
 	{ printf '%s\n' '# vkubelet with the mock provider, rendered from charts/vkubelet by `make manifests`;' \
 	  '# edit the chart, not this file. kubectl create namespace vkubelet-system first.'; \
-	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system --skip-tests; } > deploy/vkubelet.yaml
+	  "$$helm" template vkubelet charts/vkubelet --namespace vkubelet-system --no-hooks; } > deploy/vkubelet.yaml
 
 # charts/vkubelet/README.md: its README.md.gotmpl with a table of the values
 # from values.yaml's comments (internal/lab/chartdoc); a test fails when it is stale.

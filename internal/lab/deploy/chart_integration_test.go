@@ -288,10 +288,11 @@ func TestTheChartMountsWhatTheProvidersNeed(t *testing.T) {
 }
 
 // deploy/vkubelet.yaml is the chart rendered with its defaults, without its
-// helm test hooks (make manifests).
+// hooks (make manifests): neither helm test's nor the uninstall's, which
+// kubectl apply would run at once.
 func TestThePlainManifestsAreTheChartsRendering(t *testing.T) {
 	helm := helmRunner(t)
-	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system", "--skip-tests")
+	want, err := helm("template", "vkubelet", chartDir(t), "--namespace", "vkubelet-system", "--no-hooks")
 	if err != nil {
 		t.Fatal(err)
 	}
