@@ -515,6 +515,8 @@ func TestTheChartRunsVkubeletOnAVkubeletNode(t *testing.T) {
 	t.Run("interlink-with-a-token", func(t *testing.T) { t.Parallel(); testInterLinkWithAToken(t, h) })
 	t.Run("released", func(t *testing.T) { t.Parallel(); testTheReleaseFromItsRegistry(t, h) })
 	t.Run("upgraded-from-the-previous-version", func(t *testing.T) { t.Parallel(); testUpgradeFromThePreviousVersion(t, h) })
+	t.Run("uninstall-removes-the-nodes", func(t *testing.T) { t.Parallel(); testUninstallRemovesTheNodes(t, h) })
+	t.Run("uninstall-stops-the-pods-in-the-provider-first", func(t *testing.T) { t.Parallel(); testUninstallStopsThePodsInTheProviderFirst(t, h) })
 }
 
 // The dogfood test: the chart installs vkubelet's image on a vkubelet CRI node;
