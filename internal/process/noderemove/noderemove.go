@@ -237,8 +237,9 @@ func ownedByDaemonSet(p *corev1.Pod) bool {
 // drain evicts the pods bound to the node that decide says to at stage s, and
 // waits until no pod but those it skips or defers is bound to the node.
 func (r *remover) drain(ctx context.Context, s stage) error {
-	// refused holds, for each pod whose eviction was refused, why.
-	refused := map[types.UID]string{}
+	// refused holds, for each pod whose eviction was refused, why; evicted the
+	// pods whose eviction was accepted.
+	refused, evicted := map[types.UID]string{}, map[types.UID]bool{}
 	waiting := -1
 	for {
 		var left []corev1.Pod
@@ -270,7 +271,7 @@ func (r *remover) drain(ctx context.Context, s stage) error {
 			if decide(p, s) != evict {
 				continue
 			}
-			if err := r.evict(ctx, p, refused); err != nil {
+			if err := r.evict(ctx, p, refused, evicted); err != nil {
 				return err
 			}
 		}
@@ -289,15 +290,16 @@ func (r *remover) drain(ctx context.Context, s stage) error {
 		}
 		select {
 		case <-ctx.Done():
-			return stuck(context.Cause(ctx), left, refused)
+			return stuck(context.Cause(ctx), left, refused, evicted)
 		case <-r.cfg.Clock.After(r.cfg.PollInterval):
 		}
 	}
 }
 
-// evict asks the Eviction API to delete p, recording in refused why it would
-// not; an error is one that asking again will not cure.
-func (r *remover) evict(ctx context.Context, p *corev1.Pod, refused map[types.UID]string) error {
+// evict asks the Eviction API to delete p, recording in evicted that it did
+// or in refused why it would not; an error is one that asking again will not
+// cure.
+func (r *remover) evict(ctx context.Context, p *corev1.Pod, refused map[types.UID]string, evicted map[types.UID]bool) error {
 	err := r.cfg.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
@@ -307,6 +309,7 @@ func (r *remover) evict(ctx context.Context, p *corev1.Pod, refused map[types.UI
 		// Out of time: the drain says so, with the earlier refusals.
 	case err == nil:
 		delete(refused, p.UID)
+		evicted[p.UID] = true
 		r.log.Info("pod evicted", "pod", p.Namespace+"/"+p.Name)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone, or replaced by another pod of that name.
@@ -315,7 +318,7 @@ func (r *remover) evict(ctx context.Context, p *corev1.Pod, refused map[types.UI
 	default:
 		// 429: a PodDisruptionBudget allows no disruption now; 500: the pod
 		// has several budgets. Others: the API server's trouble.
-		why := err.Error()
+		why := refusal(err)
 		if refused[p.UID] != why {
 			r.log.Warn("eviction refused; asking again", "pod", p.Namespace+"/"+p.Name, "reason", why)
 		}
@@ -324,21 +327,40 @@ func (r *remover) evict(ctx context.Context, p *corev1.Pod, refused map[types.UI
 	return nil
 }
 
+// refusal is why the Eviction API refused: its message, and the causes a
+// budget's refusal carries (which budget, how many pods it needs healthy).
+func refusal(err error) string {
+	why := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
+		for _, c := range status.Status().Details.Causes {
+			if c.Message != "" {
+				why += " " + c.Message
+			}
+		}
+	}
+	return why
+}
+
 // stuck is the error of a drain that ran out of time, naming the pods left.
-func stuck(cause error, left []corev1.Pod, refused map[types.UID]string) error {
+func stuck(cause error, left []corev1.Pod, refused map[types.UID]string, evicted map[types.UID]bool) error {
 	var each []string
 	for _, p := range left {
 		why := "terminating: the node has not yet confirmed that the provider stopped it"
 		if r, ok := refused[p.UID]; ok {
 			why = "eviction refused: " + r
-		} else if p.DeletionTimestamp == nil {
-			why = "not evicted yet"
+		} else if p.DeletionTimestamp == nil && !evicted[p.UID] {
+			why = "not evicted: the time was up before the eviction was answered"
 		}
 		each = append(each, fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, why))
 	}
 	sort.Strings(each)
-	return fmt.Errorf("%w with %d pods still bound to the node: %s; the node is left cordoned and its Node in place (kubectl uncordon cancels the removal)",
-		cause, len(left), strings.Join(each, ", "))
+	pods := "pods"
+	if len(left) == 1 {
+		pods = "pod"
+	}
+	return fmt.Errorf("%w with %d %s still bound to the node: %s; the node is left cordoned and its Node in place (kubectl uncordon cancels the removal)",
+		cause, len(left), pods, strings.Join(each, ", "))
 }
 
 // retry calls fn until it succeeds, fails in a way retrying will not cure, or

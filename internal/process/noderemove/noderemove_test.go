@@ -30,8 +30,17 @@ const nodeName = "vk-remove"
 var (
 	podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	podsKind     = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	pdbRefusal   = apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	pdbRefusal   = budgetRefusal()
 )
+
+// budgetRefusal is the Eviction API's answer when a budget allows no
+// disruption.
+func budgetRefusal() error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget guard needs 1 healthy pods and has 1 currently"})
+	return err
+}
 
 // fixture is a fake API server with a node, its Lease and pods, and a stand-in
 // for the node's process: a pod whose eviction was accepted (it is
@@ -314,7 +323,7 @@ func TestOutOfTimeNamesThePodsLeftAndLeavesTheNode(t *testing.T) {
 	for _, want := range []string{
 		"node " + nodeName + ": ",
 		"2 pods still bound",
-		"ns/guarded (eviction refused: Cannot evict pod as it would violate the pod's disruption budget.)",
+		"ns/guarded (eviction refused: Cannot evict pod as it would violate the pod's disruption budget. The disruption budget guard needs 1 healthy pods and has 1 currently)",
 		"ns/stuck (terminating: the node has not yet confirmed that the provider stopped it)",
 		"kubectl uncordon",
 	} {
