@@ -12,9 +12,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -177,7 +179,10 @@ func testUninstallRemovesTheNodes(t *testing.T, h *host) {
 
 // The mock provider served by the test process over the provider protocol
 // (the remote provider, on the host's loopback), so that the test sees what it
-// runs; its pods take two seconds to stop. `helm uninstall` removes the node,
+// runs; its pods take two seconds to stop. A PodDisruptionBudget that allows
+// no disruption keeps one pod past uninstall.timeout: `helm uninstall` fails,
+// printing the hook's log that names the pod, and deletes nothing, the node
+// left cordoned. Without the budget, `helm uninstall` again removes the node,
 // and each of its pods left the API only once the provider had stopped it (at
 // most one copy: checked at the moment the watch sees it deleted), created
 // there once; nothing is left running in the provider.
@@ -195,6 +200,7 @@ func testUninstallStopsThePodsInTheProviderFirst(t *testing.T, h *host) {
 	endpoint := serveProvider(t, m, node)
 	values := h.values(t, node)
 	values["provider"] = map[string]any{"name": "remote", "config": map[string]any{"endpoint": endpoint, "pollInterval": "1s"}}
+	values["uninstall"] = map[string]any{"timeout": "20s"}
 	install(t, helm, ns, release, values)
 	testenv.WaitNodeReady(t, c, node, 2*time.Minute)
 	ran := map[string]types.UID{}
@@ -228,12 +234,53 @@ func testUninstallStopsThePodsInTheProviderFirst(t *testing.T, h *host) {
 		}
 	}()
 
+	// p-0 guarded by a budget the disruption controller says allows nothing.
+	if _, err := c.CoreV1().Pods(ns).Patch(ctx, "p-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"guarded":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"guarded": "yes"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		pdb, err := c.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "guard", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.CurrentHealthy == 1 && pdb.Status.DisruptionsAllowed == 0,
+			fmt.Sprintf("budget's status %+v", pdb.Status)
+	})
 	start := time.Now()
+	out, err := helm("uninstall", release, "--namespace", ns, "--wait", "--timeout", "5m")
+	if err == nil {
+		t.Fatalf("helm uninstall succeeded with a pod its budget keeps:\n%s", out)
+	}
+	t.Logf("helm uninstall failed in %s, as the budget kept p-0:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	for _, want := range []string{"the removal's --timeout of 20s passed with 1 pod still bound to the node: " + ns + "/p-0 (eviction refused: Cannot evict pod as it would violate the pod's disruption budget.", "kubectl uncordon"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm uninstall's output lacks %q:\n%s", want, out)
+		}
+	}
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("the node after the failed uninstall: %v; want it there, cordoned", err)
+	}
+	if _, err := c.AppsV1().Deployments(ns).Get(ctx, release+"-vkubelet", metav1.GetOptions{}); err != nil {
+		t.Errorf("the node's Deployment after the failed uninstall: %v, want it there", err)
+	}
+	if err := c.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "guard", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	start = time.Now()
 	if out, err := helm("uninstall", release, "--namespace", ns, "--wait", "--timeout", "5m"); err != nil {
 		describe(t, c, ns, node)
 		t.Fatalf("%v\n%s", err, out)
 	}
-	t.Logf("helm uninstall removed the node and its %d pods in %s", len(ran), time.Since(start).Round(100*time.Millisecond))
+	t.Logf("helm uninstall, again, removed the node and its last pod in %s", time.Since(start).Round(100*time.Millisecond))
 
 	checkNodesRemoved(t, c, node)
 	testenv.Eventually(t, time.Minute, func() (bool, string) {
