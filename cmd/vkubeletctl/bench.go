@@ -164,7 +164,7 @@ benchmark stops when it sees that; --pod-shape=minimal works there).`,
 	return cmd
 }
 
-// nodeBinary is the vkubelet executable that bench runs as the node agent: path
+// nodeBinary is the vkubelet executable that bench and soak run as the node: path
 // (a file, or a name looked up in $PATH), else vkubelet next to this executable,
 // as `make build` puts them. It is absolute, as the agent runs in a directory of
 // its own.
@@ -182,7 +182,7 @@ func nodeBinary(path string) (string, error) {
 		if errors.As(err, &ee) && strings.ContainsRune(path, filepath.Separator) {
 			err = ee.Err // stat <path>: no such file or directory, say
 		}
-		return "", fmt.Errorf("bench runs the node agent from the vkubelet command: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
+		return "", fmt.Errorf("vkubeletctl runs the node from the vkubelet command: %w; build it next to vkubeletctl (make build) or give --vkubelet PATH", err)
 	}
 	return filepath.Abs(found)
 }
