@@ -317,8 +317,15 @@ func (r *remover) evict(ctx context.Context, p *corev1.Pod, refused map[types.UI
 		return fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
 	default:
 		// 429: a PodDisruptionBudget allows no disruption now; 500: the pod
-		// has several budgets. Others: the API server's trouble.
+		// has several budgets. Others: the API server's trouble, or the
+		// client's (its rate limiter near the deadline), which does not hide
+		// what the API server last answered.
 		why := refusal(err)
+		var answer apierrors.APIStatus
+		if !errors.As(err, &answer) && refused[p.UID] != "" {
+			r.log.Warn("asking for an eviction failed; asking again", "pod", p.Namespace+"/"+p.Name, "err", err)
+			return nil
+		}
 		if refused[p.UID] != why {
 			r.log.Warn("eviction refused; asking again", "pod", p.Namespace+"/"+p.Name, "reason", why)
 		}

@@ -340,6 +340,34 @@ func TestOutOfTimeNamesThePodsLeftAndLeavesTheNode(t *testing.T) {
 	}
 }
 
+// A request that fails in the client (its rate limiter, near the deadline)
+// does not hide the budget's refusal in the error.
+func TestTheBudgetsRefusalOutlivesAClientsFailure(t *testing.T) {
+	f := newFixture(t, testNode(), pod("guarded"))
+	timeout := errors.New("the removal's --timeout of 4m0s passed")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	asked := 0
+	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		asked++
+		switch asked {
+		case 1:
+			return true, nil, pdbRefusal
+		case 2:
+			return true, nil, errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+		}
+		cancel(timeout)
+		return true, nil, errors.New("context canceled")
+	})
+	err := Remove(ctx, f.config(), nodeName)
+	if !errors.Is(err, timeout) || !strings.Contains(err.Error(), "ns/guarded (eviction refused: Cannot evict pod as it would violate the pod's disruption budget.") {
+		t.Fatalf("Remove = %v, want the timeout with the budget's refusal", err)
+	}
+}
+
 // A request the credential may not make fails the removal at once, naming
 // the step; it is not retried until the time is up.
 func TestAForbiddenRequestFailsAtOnce(t *testing.T) {
