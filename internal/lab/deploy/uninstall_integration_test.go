@@ -200,7 +200,7 @@ func testUninstallStopsThePodsInTheProviderFirst(t *testing.T, h *host) {
 	endpoint := serveProvider(t, m, node)
 	values := h.values(t, node)
 	values["provider"] = map[string]any{"name": "remote", "config": map[string]any{"endpoint": endpoint, "pollInterval": "1s"}}
-	values["uninstall"] = map[string]any{"timeout": "20s"}
+	values["uninstall"] = map[string]any{"timeout": "30s"}
 	install(t, helm, ns, release, values)
 	testenv.WaitNodeReady(t, c, node, 2*time.Minute)
 	ran := map[string]types.UID{}
@@ -259,7 +259,7 @@ func testUninstallStopsThePodsInTheProviderFirst(t *testing.T, h *host) {
 		t.Fatalf("helm uninstall succeeded with a pod its budget keeps:\n%s", out)
 	}
 	t.Logf("helm uninstall failed in %s, as the budget kept p-0:\n%s", time.Since(start).Round(100*time.Millisecond), out)
-	for _, want := range []string{"the removal's --timeout of 20s passed with 1 pod still bound to the node: " + ns + "/p-0 (eviction refused: Cannot evict pod as it would violate the pod's disruption budget.", "kubectl uncordon"} {
+	for _, want := range []string{"the removal's --timeout of 30s passed with 1 pod still bound to the node: " + ns + "/p-0 (eviction refused: Cannot evict pod as it would violate the pod's disruption budget.", "kubectl uncordon"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("helm uninstall's output lacks %q:\n%s", want, out)
 		}
