@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test flakes unit vet fmt-check fuzz fault image manifests chart-docs proto release conformance
+.PHONY: all setup build controlplane up test flakes unit vet fmt-check fuzz fault soak image manifests chart-docs proto release conformance
 
 all: build
 
@@ -143,6 +143,14 @@ unit:
 # node agent with 10,000 pods under a 64 MiB Go memory limit.
 fault: controlplane
 	$(BIN)/vkubeletctl bench --pods 10000 --agent-env=GOMEMLIMIT=64MiB
+
+# A mock node with 1,000 pods under churn (deletes and their replacements, label
+# updates, exec, followed logs) for 30 minutes, its heap, RSS, goroutines,
+# descriptors, sockets and provider records sampled; fails if one grows or an
+# operation fails (docs/RELIABILITY.md). SOAK_ARGS adds flags (--duration 2h).
+SOAK_ARGS ?=
+soak: controlplane
+	$(BIN)/vkubeletctl soak $(SOAK_ARGS)
 
 # Kubernetes' own e2e tests against a vkubelet CRI node on this machine (root):
 # e2e.test, the kubelet and the test images built from the control plane's

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/soak"
@@ -15,15 +16,16 @@ import (
 
 func newSoakCommand() *cobra.Command {
 	var (
-		cfg      soak.Config
-		vkubelet string
-		asJSON   bool
+		cfg        soak.Config
+		vkubelet   string
+		asJSON     bool
+		kubeconfig string
 	)
 	cmd := &cobra.Command{
 		Use:   "soak",
 		Short: "Run a node for a long time under pod churn and check that its memory, goroutines, descriptors and records stay flat",
-		Long: `soak starts a local control plane (scheduler and controller-manager included)
-and a virtual node with the mock provider as a child process (the vkubelet
+		Long: `soak starts a local control plane (scheduler and controller-manager included;
+or uses --kubeconfig's cluster) and a virtual node with the mock provider as a child process (the vkubelet
 command: --vkubelet, by default the one next to vkubeletctl), runs a Deployment
 of --pods pods on it, and for --duration churns them: it deletes pods (their
 ReplicaSet creates replacements), changes pods' labels, runs exec sessions and
@@ -47,12 +49,18 @@ pod being deleted meanwhile: either is a bug to find.`,
 			}
 			ctx := cmd.Context()
 			cfg.Log = cmd.ErrOrStderr()
-			cp, err := controlplane.Start(ctx, controlplane.Config{Scheduler: true, ControllerManager: true, Out: cmd.ErrOrStderr()})
-			if err != nil {
+			if kubeconfig == "" {
+				cp, err := controlplane.Start(ctx, controlplane.Config{Scheduler: true, ControllerManager: true, Out: cmd.ErrOrStderr()})
+				if err != nil {
+					return err
+				}
+				defer cp.Stop()
+				kubeconfig = cp.KubeconfigPath
+			}
+			cfg.Kubeconfig = kubeconfig
+			if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 				return err
 			}
-			defer cp.Stop()
-			cfg.ControlPlane = cp
 			r, err := soak.Run(ctx, cfg)
 			if err != nil {
 				return err
@@ -80,6 +88,7 @@ pod being deleted meanwhile: either is a bug to find.`,
 	f.Float64Var(&cfg.LogsPerS, "logs", 1, "log streams followed per second")
 	f.DurationVar(&cfg.LogFollow, "log-follow", 10*time.Second, "how long each followed log stream stays open")
 	f.StringVar(&vkubelet, "vkubelet", "", "the vkubelet executable run as the node (default: vkubelet next to vkubeletctl)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to soak the node in, with an admin's credential, a scheduler and a controller-manager; empty: a local control plane started for the run")
 	f.BoolVar(&asJSON, "json", false, "print the result, every sample included, as JSON")
 	return cmd
 }

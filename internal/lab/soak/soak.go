@@ -14,9 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -35,8 +33,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
-	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/proc"
 )
 
@@ -59,9 +55,12 @@ type Config struct {
 	LogFollow                                     time.Duration
 	// Binary is the vkubelet executable run as the node.
 	Binary string
-	// ControlPlane is the cluster, with its scheduler and controller-manager.
-	ControlPlane *controlplane.ControlPlane
-	Log          io.Writer
+	// Kubeconfig and RESTConfig name the cluster, with an admin's credential;
+	// it runs a scheduler and a controller-manager that signs kubelet-serving
+	// certificates, as `vkubeletctl up`'s and any cluster's.
+	Kubeconfig string
+	RESTConfig *rest.Config
+	Log        io.Writer
 }
 
 // Defaults of Config's zero fields: `make soak`'s run.
@@ -104,7 +103,8 @@ type Result struct {
 	StartSeconds float64 `json:"start_s"`
 	// Ops counts each kind of operation: delete, update, exec, logs.
 	Ops map[string]Ops `json:"ops"`
-	// Created counts the pods created during the churn (the replacements).
+	// Created counts the pods bound to the node from the start of the churn
+	// until every replica was Running again: the replacements.
 	Created int `json:"created"`
 	// Trends are the fitted lines by figure (heap_mib, rss_mib, goroutines,
 	// fds, sockets, provider_pods); Flat is whether all are flat.
@@ -133,23 +133,12 @@ const (
 	app       = "soak"
 )
 
-// Run soaks a mock node, run as a child process, on cfg.ControlPlane.
+// Run soaks a mock node, run as a child process, in the cluster of cfg.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
-	cp := cfg.ControlPlane
-	c, err := kubernetes.NewForConfig(cp.RESTConfig)
+	c, err := kubernetes.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
-	}
-	// The node asks the cluster for its serving certificate (as a kubelet
-	// does), so that the API server can verify it for exec and logs; it
-	// approves its own request with its (admin) credential, the approver its
-	// renewals.
-	approverCtx, stopApprover := context.WithCancel(ctx)
-	defer stopApprover()
-	logger := slog.New(slog.NewTextHandler(cfg.Log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := cp.RunNodeApprover(approverCtx, []string{nodeName}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, logger); err != nil {
-		return nil, fmt.Errorf("starting the CSR approver: %w", err)
 	}
 	node, metricsURL, kubeletURL, err := startNode(ctx, cfg)
 	if err != nil {
@@ -196,12 +185,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.StartSeconds = time.Since(began).Seconds()
 	fmt.Fprintf(cfg.Log, "soak: %d pods Running after %.0f s; churning for %s\n", cfg.Pods, res.StartSeconds, cfg.Duration)
 
-	kubeletAPI, err := kubeletClient(cp, kubeletURL)
+	kubeletAPI, err := kubeletClient(cfg.RESTConfig, kubeletURL)
 	if err != nil {
 		return nil, err
 	}
 	s := &sampler{node: node, metricsURL: metricsURL, kubeletAPI: kubeletAPI, apiPods: func() int { return len(pods.ListKeys()) }}
-	ch := &churn{client: c, rest: cp.RESTConfig, pods: pods, logFollow: cfg.LogFollow, ops: map[string]*Ops{}}
+	ch := &churn{client: c, rest: cfg.RESTConfig, pods: pods, logFollow: cfg.LogFollow, ops: map[string]*Ops{}}
 	kinds := ch.kinds(cfg.DeletesPerS, cfg.UpdatesPerS, cfg.ExecsPerS, cfg.LogsPerS)
 	for _, k := range kinds {
 		ch.ops[k.name] = &Ops{}
@@ -243,18 +232,46 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.CPUPercent = 100 * (cpuAfter.CPUSeconds - cpuBefore.CPUSeconds) / time.Since(start).Seconds()
 	res.Ops = ch.results()
-	churning.Store(false)
-	res.Created = int(created.Load())
 
 	stopped := time.Now()
 	if err := waitSettled(ctx, pods, cfg.Pods, 10*time.Minute); err != nil {
 		return nil, failed(fmt.Errorf("after the churn: %w", err))
 	}
 	res.RecoveredSeconds = time.Since(stopped).Seconds()
+	// Replacements of the last pods deleted come after the churn.
+	churning.Store(false)
+	res.Created = int(created.Load())
 	if err := res.fit(); err != nil {
 		return nil, err
 	}
+	if err := clean(ctx, c, pods); err != nil {
+		return nil, failed(err)
+	}
+	node.Stop()
+	// Stopped, the node no longer registers its Node again.
+	if err := c.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+		return nil, fmt.Errorf("deleting node %s: %w", nodeName, err)
+	}
 	return res, nil
+}
+
+// clean deletes the soak's pods through the node, which is still running to
+// stop them in its provider, then their namespace: with the Node, deleted
+// once the node has stopped, a cluster given with --kubeconfig is left as it
+// was.
+func clean(ctx context.Context, c kubernetes.Interface, pods cache.Store) error {
+	if err := c.AppsV1().Deployments(namespace).Delete(ctx, app, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+		return fmt.Errorf("deleting the soak's Deployment: %w", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {
+		return len(pods.ListKeys()) == 0, nil
+	}); err != nil {
+		return fmt.Errorf("%d of the soak's pods left after deleting its Deployment: %w", len(pods.ListKeys()), err)
+	}
+	if err := c.CoreV1().Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting namespace %s: %w", namespace, err)
+	}
+	return nil
 }
 
 // fit fits the trends to the samples taken after the warm-up.
@@ -303,7 +320,10 @@ func startNode(ctx context.Context, cfg Config) (node *proc.Child, metricsURL, k
 	if err := os.WriteFile(filepath.Join(dir, "mock.json"), providerConfig, 0o644); err != nil {
 		return nil, "", "", err
 	}
-	args := []string{"--kubeconfig", cfg.ControlPlane.KubeconfigPath, "--nodename", nodeName,
+	// The node asks the cluster for its serving certificate, as a kubelet
+	// does, so that the API server can verify it for exec and logs, and
+	// approves the request with its credential (an admin's here).
+	args := []string{"--kubeconfig", cfg.Kubeconfig, "--nodename", nodeName,
 		"--provider", "mock", "--provider-config", filepath.Join(dir, "mock.json"),
 		"--address", "127.0.0.1", "--kubelet-port", kubeletPort, "--metrics-addr", metricsAddr,
 		"--cert-dir", dir, "--approve-serving-csr", "--log-level", "warn"}
@@ -315,13 +335,13 @@ func startNode(ctx context.Context, cfg Config) (node *proc.Child, metricsURL, k
 	return node, "http://" + metricsAddr, "https://" + kubeletAddr, nil
 }
 
-// kubeletClient is a client of the node's kubelet API with the control plane's
-// admin credential, which the node authenticates (the cluster CA signed it)
+// kubeletClient is a client of the node's kubelet API with the soak's admin
+// credential, which the node authenticates (the cluster CA signed it)
 // and authorizes (SubjectAccessReview) as the kubelet does. The samples read
 // the provider's pods there, not through the API server's node proxy, which
 // refuses a node whose address is the loopback.
-func kubeletClient(cp *controlplane.ControlPlane, url string) (*rest.RESTClient, error) {
-	cfg := rest.CopyConfig(cp.RESTConfig)
+func kubeletClient(admin *rest.Config, url string) (*rest.RESTClient, error) {
+	cfg := rest.CopyConfig(admin)
 	cfg.Host = url
 	cfg.APIPath = "/"
 	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
