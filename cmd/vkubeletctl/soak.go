@@ -87,6 +87,7 @@ pod being deleted meanwhile: either is a bug to find.`,
 	f.Float64Var(&cfg.ExecsPerS, "execs", 1, "exec sessions per second")
 	f.Float64Var(&cfg.LogsPerS, "logs", 1, "log streams followed per second")
 	f.DurationVar(&cfg.LogFollow, "log-follow", 10*time.Second, "how long each followed log stream stays open")
+	f.StringVar(&cfg.HeapProfiles, "heap-profiles", "", "directory where the node's heap profiles are saved: warm.heap after the warm-up, end.heap at the last sample (go tool pprof -base warm.heap end.heap)")
 	f.StringVar(&vkubelet, "vkubelet", "", "the vkubelet executable run as the node (default: vkubelet next to vkubeletctl)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "cluster to soak the node in, with an admin's credential, a scheduler and a controller-manager; empty: a local control plane started for the run")
 	f.BoolVar(&asJSON, "json", false, "print the result, every sample included, as JSON")

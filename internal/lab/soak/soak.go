@@ -53,6 +53,10 @@ type Config struct {
 	// LogFollow each.
 	DeletesPerS, UpdatesPerS, ExecsPerS, LogsPerS float64
 	LogFollow                                     time.Duration
+	// HeapProfiles, if set, is a directory where the node's heap profiles are
+	// saved: warm.heap at the first sample after the warm-up, end.heap at the
+	// last.
+	HeapProfiles string
 	// Binary is the vkubelet executable run as the node.
 	Binary string
 	// Kubeconfig and RESTConfig name the cluster, with an admin's credential;
@@ -205,6 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	warmProfile := false
 	samplingErr := wait.PollUntilContextCancel(churnCtx, cfg.SampleEvery, true, func(ctx context.Context) (bool, error) {
 		sm, err := s.sample(ctx, start)
 		if err != nil {
@@ -215,6 +220,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return false, failed(fmt.Errorf("sampling the node at %.0f s: %w", time.Since(start).Seconds(), err))
 		}
 		res.Samples = append(res.Samples, sm)
+		// The heap as of this sample's collection (proc.LiveHeapMiB), the
+		// first after the warm-up and the last: `go tool pprof -base`
+		// shows what grew between them.
+		if cfg.HeapProfiles != "" && (sm.Seconds >= cfg.WarmUp.Seconds() && !warmProfile || time.Since(start)+cfg.SampleEvery > cfg.Duration) {
+			name := "end.heap"
+			if !warmProfile {
+				name, warmProfile = "warm.heap", true
+			}
+			if err := proc.SaveHeapProfile(ctx, metricsURL, filepath.Join(cfg.HeapProfiles, name)); err != nil {
+				stopChurn()
+				return false, err
+			}
+		}
 		fmt.Fprintf(cfg.Log, "soak: %4.0f s heap %.1f MiB, RSS %.1f MiB, %.0f goroutines, %.0f fds (%.0f sockets), provider %.0f pods, API %.0f pods, %.0f queued\n",
 			sm.Seconds, sm.HeapMiB, sm.RSSMiB, sm.Goroutines, sm.FDs, sm.Sockets, sm.ProviderPods, sm.APIPods, sm.QueuedPods)
 		return false, nil
