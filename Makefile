@@ -144,10 +144,11 @@ unit:
 fault: controlplane
 	$(BIN)/vkubeletctl bench --pods 10000 --agent-env=GOMEMLIMIT=64MiB
 
-# A mock node with 1,000 pods under churn (deletes and their replacements, label
-# updates, exec, followed logs) for 30 minutes, its heap, RSS, goroutines,
+# A mock node with 1,000 pods under churn (5 deletes a second and their
+# replacements, label updates, exec, followed logs) for 40 minutes, its heap, RSS, goroutines,
 # descriptors, sockets and provider records sampled; fails if one grows or an
-# operation fails (docs/RELIABILITY.md). SOAK_ARGS adds flags (--duration 2h).
+# operation fails after a 15-minute warm-up (docs/RELIABILITY.md). SOAK_ARGS adds
+# flags (--duration 2h).
 SOAK_ARGS ?=
 soak: controlplane
 	$(BIN)/vkubeletctl soak $(SOAK_ARGS)

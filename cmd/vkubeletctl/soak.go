@@ -34,7 +34,8 @@ random. Every --sample-every it samples the node process: its live heap (after a
 forced collection), RSS, goroutines, file descriptors and sockets, and the pods
 its provider reports (/metrics/resource through the API server).
 
-After --warm-up it fits a line to each figure and reports its growth over the
+After --warm-up (while the node's bounded caches fill: client-go's event
+correlator keeps 4,096 entries in each of its three, keyed by pod) it fits a line to each figure and reports its growth over the
 rest of the run. A figure is flat when it grew by at most 5 % of its mean (2 %
 for the provider's pods) or a small floor (1 MiB of heap, 2 MiB of RSS, 10
 goroutines, 5 descriptors or sockets, 5 pods). soak exits with status 1 when a
@@ -79,10 +80,10 @@ pod being deleted meanwhile: either is a bug to find.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Pods, "pods", 1000, "pods the node runs throughout (a Deployment's replicas)")
-	f.DurationVar(&cfg.Duration, "duration", 30*time.Minute, "how long the churn lasts")
-	f.DurationVar(&cfg.WarmUp, "warm-up", 0, "how much of the churn's start is left out of the fitted lines (default a third of --duration)")
+	f.DurationVar(&cfg.Duration, "duration", 40*time.Minute, "how long the churn lasts")
+	f.DurationVar(&cfg.WarmUp, "warm-up", 0, "how much of the churn's start is left out of the fitted lines, while the node's bounded caches fill (default 15m)")
 	f.DurationVar(&cfg.SampleEvery, "sample-every", 30*time.Second, "time between samples of the node")
-	f.Float64Var(&cfg.DeletesPerS, "deletes", 2, "pods deleted per second (their ReplicaSet replaces them)")
+	f.Float64Var(&cfg.DeletesPerS, "deletes", 5, "pods deleted per second (their ReplicaSet replaces them)")
 	f.Float64Var(&cfg.UpdatesPerS, "updates", 2, "pods whose labels are changed per second")
 	f.Float64Var(&cfg.ExecsPerS, "execs", 1, "exec sessions per second")
 	f.Float64Var(&cfg.LogsPerS, "logs", 1, "log streams followed per second")

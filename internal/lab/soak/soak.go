@@ -41,9 +41,12 @@ type Config struct {
 	// Pods is how many pods the node runs throughout: a Deployment's replicas.
 	Pods int
 	// Duration is how long the churn lasts; WarmUp is how much of its start
-	// is left out of the fitted lines: the time the node's caches and queues,
-	// and the mock's counts of gone pods (kept 10 minutes), take to reach
-	// their steady size.
+	// is left out of the fitted lines: the time the node's bounded caches take
+	// to fill. client-go's event correlator, the kubelet's too, keeps three
+	// LRU caches of 4,096 entries keyed by the pod an Event is about: they
+	// fill once about 4,096 pods have had Events, 10 minutes into the default
+	// churn (1,000 pods, then 5 new ones a second); the mock keeps the counts
+	// of gone pods 10 minutes.
 	Duration time.Duration
 	WarmUp   time.Duration
 	// SampleEvery is the time between samples.
@@ -78,15 +81,15 @@ func (c *Config) defaults() {
 		c.Pods = 1000
 	}
 	if c.Duration == 0 {
-		c.Duration = 30 * time.Minute
+		c.Duration = 40 * time.Minute
 	}
 	if c.WarmUp == 0 {
-		c.WarmUp = c.Duration / 3
+		c.WarmUp = 15 * time.Minute
 	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = 30 * time.Second
 	}
-	set(&c.DeletesPerS, 2)
+	set(&c.DeletesPerS, 5)
 	set(&c.UpdatesPerS, 2)
 	set(&c.ExecsPerS, 1)
 	set(&c.LogsPerS, 1)
