@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -210,6 +211,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	for {
 		err := c.writeNode(ctx)
+		if errors.Is(err, errRemoved) {
+			// Marked and deleted before this process registered it.
+			c.markRemoved()
+			break
+		}
 		if err == nil {
 			break
 		}

@@ -3,10 +3,13 @@ package node
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
 // markForRemoval annotates and cordons the fixture's node, as
@@ -120,4 +123,34 @@ func TestAnUncordonedNodeIsRegisteredAgainWhenDeleted(t *testing.T) {
 
 	c.handle(ctx, dueNodeGone)
 	f.expectActions("get nodes", "create nodes", "update leases", "get leases", "create leases")
+}
+
+// A process started while its Node is marked for removal, the Node deleted
+// before it registered, does not register it: Run goes past the registration
+// and writes nothing.
+func TestANodeRemovedBeforeTheFirstRegistrationIsNotRegistered(t *testing.T) {
+	marked := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "uid-0",
+		Annotations: map[string]string{RemovalAnnotation: "2026-03-04T05:06:07Z"}}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	f := newFixture(t, marked)
+	c := f.newController()
+	c.noteRemoval(true) // as the informer's first list does
+	if err := f.client.CoreV1().Nodes().Delete(context.Background(), testNode, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	// Past the registration: the provider is asked for status notices.
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		return f.provider.notifier() != nil, "Run is still registering the node"
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.actions() {
+		if a.GetVerb() == "create" {
+			t.Errorf("%s %s after the node was removed", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
 }
