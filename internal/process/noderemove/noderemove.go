@@ -145,11 +145,15 @@ func (r *remover) remove(ctx context.Context) error {
 	var back *corev1.Node
 	if err := r.retry(ctx, "checking the node stays deleted", func() error {
 		n, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.name, metav1.GetOptions{})
+		back = nil
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
+		if err != nil {
+			return err
+		}
 		back = n
-		return err
+		return nil
 	}); err != nil {
 		return err
 	}
