@@ -393,11 +393,19 @@ func TestAFailedRequestIsRetried(t *testing.T) {
 		}
 		return false, nil, nil
 	})
+	readFailed := false
+	f.client.PrependReactor("get", "nodes", func(core.Action) (bool, runtime.Object, error) {
+		if !readFailed {
+			readFailed = true
+			return true, &corev1.Node{}, apierrors.NewServiceUnavailable("etcd is away")
+		}
+		return false, nil, nil
+	})
 	if err := Remove(context.Background(), f.config(), nodeName); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("patch nodes", "list pods", "delete nodes "+nodeName, "delete nodes "+nodeName, "delete nodes "+nodeName,
-		"list pods", "delete leases "+nodeName, "get nodes")
+		"list pods", "delete leases "+nodeName, "get nodes", "get nodes")
 }
 
 // A node process that does not know the removal mark registers its Node again
