@@ -494,7 +494,9 @@ func installChart(t *testing.T, helm func(...string) (string, error), ns, releas
 	}
 	node := values["nodeName"].(string)
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
-	t.Cleanup(func() { _, _ = helm("uninstall", release, "--namespace", ns, "--ignore-not-found") })
+	// Without the uninstall's hook: draining the node here would only cost
+	// time (up to a minute on a busy machine); the tests of the hook run it.
+	t.Cleanup(func() { _, _ = helm("uninstall", release, "--namespace", ns, "--ignore-not-found", "--no-hooks") })
 	args := append([]string{"install", release, chart}, chartArgs...)
 	if out, err := helm(append(args, "--namespace", ns, "-f", valuesFile, "--wait", "--timeout", "4m")...); err != nil {
 		describe(t, c, ns, node)
