@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,8 +45,8 @@ func TestAStatefulSetsPodIsNeverRunTwiceInContainerd(t *testing.T) {
 			fmt.Sprintf("events of the old pod: %v, want a %s", reasons, pod.ReasonStopNotConfirmed)
 	}
 	old, replacement := replaceWithFrozenShim(t, env, rt, watch, ns, node, held)
-	watch.stop(t, replacement)
-	if n := watch.overlapping(); n != 0 {
+	watch.Stop(t, replacement)
+	if n := watch.Overlapping(); n != 0 {
 		t.Fatalf("containerd ran %d pods named db-0 beside an earlier copy, want none", n)
 	}
 	t.Logf("replacement %s ran in containerd only after the old pod %s stopped (%s)", replacement, old, watch)
@@ -81,8 +80,8 @@ func TestRemoveUnconfirmedAfterStillRunsOneCopyInContainerd(t *testing.T) {
 			fmt.Sprintf("events of the replacement %s: %v, want a %s", p.UID, reasons, pod.ReasonProviderFailed)
 	}
 	old, replacement := replaceWithFrozenShim(t, env, rt, watch, ns, node, refused)
-	watch.stop(t, replacement)
-	if n := watch.overlapping(); n != 0 {
+	watch.Stop(t, replacement)
+	if n := watch.Overlapping(); n != 0 {
 		t.Fatalf("containerd ran %d pods named db-0 beside an earlier copy, want none", n)
 	}
 	t.Logf("the old pod %s left the API unconfirmed; its replacement %s ran in containerd only after it stopped (%s)", old, replacement, watch)
@@ -117,7 +116,7 @@ func startAtMostOneNode(t *testing.T, name string, edits ...func(*agent.Config))
 // the containerd shim of db-0 once it runs, deletes db-0, and thaws the shim
 // once held(old) is true (or after 3 minutes): by then containerd must not have
 // run another db-0. It returns once the replacement runs, with both UIDs.
-func replaceWithFrozenShim(t *testing.T, env *crienv.Env, rt runtimeapi.RuntimeServiceClient, watch *copies,
+func replaceWithFrozenShim(t *testing.T, env *crienv.Env, rt runtimeapi.RuntimeServiceClient, watch *testenv.Copies,
 	ns, node string, held func(old types.UID) (bool, string)) (old, replacement types.UID) {
 	t.Helper()
 	spec := corev1.PodSpec{
@@ -130,9 +129,6 @@ func replaceWithFrozenShim(t *testing.T, env *crienv.Env, rt runtimeapi.RuntimeS
 			Command: []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done"},
 		}},
 	}
-	var thawed sync.WaitGroup
-	quit := make(chan struct{}) // the test ended first
-	t.Cleanup(func() { close(quit); thawed.Wait() })
 	freeze := func(old types.UID) {
 		shim, err := shimOf(rt, env, old)
 		if err != nil {
@@ -141,57 +137,27 @@ func replaceWithFrozenShim(t *testing.T, env *crienv.Env, rt runtimeapi.RuntimeS
 		if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
 			t.Fatalf("freezing the shim of db-0 (pid %d): %v", shim, err)
 		}
-		var once sync.Once
-		thaw := func() {
-			once.Do(func() {
-				if err := syscall.Kill(shim, syscall.SIGCONT); err != nil {
-					t.Errorf("thawing the shim of db-0 (pid %d): %v", shim, err)
-				}
-			})
-		}
-		t.Cleanup(thaw) // whatever happens, nothing stays frozen
 		frozen := time.Now()
-		thawed.Add(1)
-		go func() {
-			// The test's goroutine waits in ReplaceStatefulSetPod meanwhile.
-			defer thawed.Done()
-			defer thaw()
-			ok, why := poll(3*time.Minute, quit, func() (bool, string) { return held(old) })
-			if !ok {
-				t.Errorf("with the shim of db-0 frozen: %s", why)
-				return
+		testenv.ReleaseWhen(t, 3*time.Minute, func() (bool, string) { return held(old) }, func(held bool) {
+			if held {
+				if uids := watch.Seen(); !slices.Equal(uids, []types.UID{old}) {
+					t.Errorf("with the old db-0 unable to stop, containerd ran db-0 of pods %v, want only %s", uids, old)
+				}
+				if uids, err := sandboxUIDs(rt, "db-0"); err != nil || !slices.Equal(uids, []types.UID{old}) {
+					t.Errorf("with the old db-0 unable to stop, containerd has sandboxes of db-0 of pods %v (%v), want only %s", uids, err, old)
+				}
+				if n, err := runningContainers(rt, old); n != 1 {
+					t.Errorf("with its shim frozen, the old db-0 has %d running containers (%v), want its one: the freeze did not hold its stop", n, err)
+				}
+				t.Logf("the shim of the old db-0 thawed %s after it was frozen", time.Since(frozen).Round(time.Millisecond))
 			}
-			if uids := watch.seenUIDs(); len(uids) != 1 || uids[0] != string(old) {
-				t.Errorf("with the old db-0 unable to stop, containerd ran db-0 of pods %v, want only %s", uids, old)
+			// Whatever happened, nothing stays frozen.
+			if err := syscall.Kill(shim, syscall.SIGCONT); err != nil {
+				t.Errorf("thawing the shim of db-0 (pid %d): %v", shim, err)
 			}
-			if uids, err := sandboxUIDs(rt, "db-0"); err != nil || len(uids) != 1 || uids[0] != string(old) {
-				t.Errorf("with the old db-0 unable to stop, containerd has sandboxes of db-0 of pods %v (%v), want only %s", uids, err, old)
-			}
-			if n, err := runningContainers(rt, old); n != 1 {
-				t.Errorf("with its shim frozen, the old db-0 has %d running containers (%v), want its one: the freeze did not hold its stop", n, err)
-			}
-			t.Logf("the shim of the old db-0 thawed %s after it was frozen", time.Since(frozen).Round(time.Millisecond))
-		}()
+		})
 	}
 	return testenv.ReplaceStatefulSetPod(t, ns, node, spec, freeze)
-}
-
-// poll calls cond every 100 ms until it is true, timeout has passed or quit
-// is closed, and returns its last answer: testenv.Eventually for a goroutine
-// other than the test's, which may not end the test.
-func poll(timeout time.Duration, quit <-chan struct{}, cond func() (bool, string)) (bool, string) {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok || time.Now().After(deadline) {
-			return ok, why
-		}
-		select {
-		case <-quit:
-			return false, why + " (the test ended)"
-		case <-time.After(100 * time.Millisecond): // between two polls
-		}
-	}
 }
 
 // shimOf returns the pid of the containerd shim that runs the sandbox of pod
@@ -228,7 +194,7 @@ func shimOf(rt runtimeapi.RuntimeServiceClient, env *crienv.Env, uid types.UID) 
 }
 
 // sandboxUIDs are the pod UIDs of the sandboxes of pods named name.
-func sandboxUIDs(rt runtimeapi.RuntimeServiceClient, name string) ([]string, error) {
+func sandboxUIDs(rt runtimeapi.RuntimeServiceClient, name string) ([]types.UID, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	l, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
@@ -236,10 +202,10 @@ func sandboxUIDs(rt runtimeapi.RuntimeServiceClient, name string) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	var uids []string
+	var uids []types.UID
 	for _, s := range l.Items {
-		if !slices.Contains(uids, s.GetMetadata().GetUid()) {
-			uids = append(uids, s.GetMetadata().GetUid())
+		if uid := types.UID(s.GetMetadata().GetUid()); !slices.Contains(uids, uid) {
+			uids = append(uids, uid)
 		}
 	}
 	return uids, nil
@@ -259,111 +225,23 @@ func runningContainers(rt runtimeapi.RuntimeServiceClient, uid types.UID) (int, 
 	return len(l.Containers), nil
 }
 
-// copies reads, every 50 ms, which pods of a name have a running container in
-// containerd.
-type copies struct {
-	done    chan struct{}
-	stopped chan struct{}
-	ending  sync.Once
-
-	mu      sync.Mutex
-	order   []string        // pod UIDs in the order first seen running
-	beside  map[string]bool // pods seen running beside one seen before
-	polls   int
-	both    int // polls that saw containers of two pods running
-	failed  int // polls containerd did not answer
-	lastErr error
-}
-
-// watchCopies starts reading containerd for running containers of pods named
-// name, until stop or the end of the test.
-func watchCopies(t *testing.T, rt runtimeapi.RuntimeServiceClient, name string) *copies {
-	w := &copies{done: make(chan struct{}), stopped: make(chan struct{}), beside: map[string]bool{}}
-	go func() {
-		defer close(w.stopped)
-		for {
-			select {
-			case <-w.done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			l, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-				State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-				LabelSelector: map[string]string{"io.kubernetes.pod.name": name},
-			}})
-			cancel()
-			w.record(l, err)
+// watchCopies watches, in containerd, which pods named name have a running
+// container (testenv.WatchCopies).
+func watchCopies(t *testing.T, rt runtimeapi.RuntimeServiceClient, name string) *testenv.Copies {
+	return testenv.WatchCopies(t, func() ([]types.UID, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			LabelSelector: map[string]string{"io.kubernetes.pod.name": name},
+		}})
+		if err != nil {
+			return nil, err
 		}
-	}()
-	t.Cleanup(w.end)
-	return w
-}
-
-// end stops the watch and waits for its last poll.
-func (w *copies) end() {
-	w.ending.Do(func() { close(w.done) })
-	<-w.stopped
-}
-
-func (w *copies) record(l *runtimeapi.ListContainersResponse, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.polls++
-	if err != nil {
-		w.failed++
-		w.lastErr = err
-		return
-	}
-	var running []string
-	for _, c := range l.Containers {
-		if uid := c.Labels["io.kubernetes.pod.uid"]; !slices.Contains(running, uid) {
-			running = append(running, uid)
+		var uids []types.UID
+		for _, c := range l.Containers {
+			uids = append(uids, types.UID(c.Labels["io.kubernetes.pod.uid"]))
 		}
-	}
-	for _, uid := range running {
-		if !slices.Contains(w.order, uid) {
-			w.order = append(w.order, uid)
-		}
-	}
-	if len(running) < 2 {
-		return
-	}
-	w.both++
-	first := slices.IndexFunc(w.order, func(uid string) bool { return slices.Contains(running, uid) })
-	for _, uid := range running {
-		if uid != w.order[first] {
-			w.beside[uid] = true
-		}
-	}
-}
-
-// stop waits until the watch has seen pod uid running (the replacement: the
-// watch then covered the whole replacement), and stops it.
-func (w *copies) stop(t *testing.T, uid types.UID) {
-	t.Helper()
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
-		return slices.Contains(w.seenUIDs(), string(uid)), fmt.Sprintf("containerd's running db-0 containers seen of pods %v, want %s's (%s)", w.seenUIDs(), uid, w)
+		return uids, nil
 	})
-	w.end()
-}
-
-// seenUIDs are the pods seen running, in the order first seen.
-func (w *copies) seenUIDs() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.order)
-}
-
-// overlapping is how many pods were seen running beside an earlier one.
-func (w *copies) overlapping() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.beside)
-}
-
-func (w *copies) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return fmt.Sprintf("%d polls of containerd, %d with two pods running, %d unanswered (last: %v)", w.polls, w.both, w.failed, w.lastErr)
 }
