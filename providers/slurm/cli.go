@@ -155,15 +155,22 @@ func (c *cli) jobsNamed(ctx context.Context, name string) ([]job, error) {
 	return parseJobs(out), nil
 }
 
-// signal sends sig to every process of the job, batch script included.
-func (c *cli) signal(ctx context.Context, id, sig string) error {
-	_, err := c.run(ctx, "scancel", "--full", "--signal="+sig, id)
-	return notFoundIfInvalid(err)
-}
-
-// cancel ends the job: Slurm sends SIGTERM, then SIGKILL after its KillWait.
-func (c *cli) cancel(ctx context.Context, id string) error {
-	_, err := c.run(ctx, "scancel", id)
+// stop asks the job to stop: a job still pending leaves the queue; a running
+// one's batch script gets SIGTERM, and only the script, which stops the
+// containers (scriptFunctions' stop). A signal to every process of the job
+// (--full, or a plain scancel) would also kill the podman commands in flight: a
+// container that a killed podman start had started runs on, unknown to podman,
+// after the job has ended. And a plain scancel SIGKILLs the script after
+// KillWait, whether or not it has stopped the containers.
+func (c *cli) stop(ctx context.Context, id string) error {
+	// Only while pending: a job that has started meanwhile is left running.
+	if _, err := c.run(ctx, "scancel", "--state=PENDING", id); err != nil {
+		return notFoundIfInvalid(err)
+	}
+	_, err := c.run(ctx, "scancel", "--batch", "--signal=TERM", id)
+	if err != nil && strings.Contains(err.Error(), "already completing or completed") {
+		return nil // ending already
+	}
 	return notFoundIfInvalid(err)
 }
 

@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"reflect"
 	"time"
 
@@ -73,9 +74,7 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		st := podStatus(rec.pod, view, instances, rec.accepted)
 		ended := id != "" && (!known || terminalStates[j.State])
 		if deleting && id != "" && !ended && now.After(killAt) {
-			if err := p.cli.cancel(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-				p.log.Warn("cancelling the job of a deleted pod", "pod", providerutil.PodKey(rec.pod.Namespace, rec.pod.Name), "job", id, "error", err)
-			}
+			p.stopNow(ctx, rec)
 		}
 		p.mu.Lock()
 		changed := rec.status == nil || !reflect.DeepEqual(rec.status, st)
@@ -105,4 +104,29 @@ func (p *Provider) poll(ctx context.Context, notify func(*corev1.Pod)) error {
 		}
 	}
 	return nil
+}
+
+// stopAgain is how long after telling a deleted pod's script to stop its
+// containers at once the provider tells it again while the job lasts: a signal
+// may go astray (a job just starting, its traps not yet set).
+const stopAgain = 10 * time.Second
+
+// stopNow tells the script of a deleted pod whose grace period is over (and
+// 5 s more) to kill its containers at once: its stopping file then says 0 s.
+// The job is not cancelled outright: Slurm's SIGKILL after KillWait would end
+// the script and podman, not the containers, and the job would end while they
+// run on. A job that will not end keeps the pod Terminating, as a kubelet keeps
+// a pod whose containers its runtime cannot stop.
+func (p *Provider) stopNow(ctx context.Context, rec *record) {
+	p.mu.Lock()
+	id, dir := rec.jobID, rec.dir
+	rec.killAt = time.Now().Add(stopAgain)
+	p.mu.Unlock()
+	key := providerutil.PodKey(rec.pod.Namespace, rec.pod.Name)
+	if err := writeFile(filepath.Join(dir, stoppingFile), []byte("0"), 0o644); err != nil {
+		p.log.Warn("telling the job of a deleted pod to stop at once", "pod", key, "job", id, "error", err)
+	}
+	if err := p.cli.stop(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		p.log.Warn("stopping the job of a deleted pod", "pod", key, "job", id, "error", err)
+	}
 }

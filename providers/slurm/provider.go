@@ -168,7 +168,7 @@ func (p *Provider) CreateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 	p.log.Debug("submitted", "pod", k, "job", id)
 	if deleted {
 		// Deleted while it was being submitted: DeletePod had no job to stop.
-		if err := p.cli.cancel(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		if err := p.cli.stop(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("slurm: pod %s deleted while submitted: %w", k, err)
 		}
 	}
@@ -335,8 +335,10 @@ func (p *Provider) UpdateResolvedPod(ctx context.Context, rp *provider.ResolvedP
 }
 
 // DeletePod stops the pod's job: a pending job leaves the queue at once; a
-// running one gets SIGTERM, upon which its script stops the containers within
-// the grace period, and is cancelled outright once that period is over.
+// running one's script gets SIGTERM, upon which it stops the containers within
+// the grace period, and is told again to stop them, at once, once that period
+// is over (poll). The job ends once they have stopped: the pod's stop is
+// confirmed only then.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	k := providerutil.PodKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
@@ -356,7 +358,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if first {
 		rec.deleting, rec.killAt = true, time.Now().Add(time.Duration(grace)*time.Second+5*time.Second)
 	}
-	id, dir, st := rec.jobID, rec.dir, rec.status
+	id, dir := rec.jobID, rec.dir
 	p.mu.Unlock()
 	if !first {
 		return nil
@@ -367,31 +369,15 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("slurm: pod %s: %w", k, err)
 	}
 	if id == "" {
-		return nil // a creation in flight cancels the job it submits
+		return nil // a creation in flight stops the job it submits
 	}
-	var err error
-	if st == nil || st.Phase == corev1.PodPending && !startedAny(st) {
-		err = p.cli.cancel(ctx, id)
-	} else {
-		err = p.cli.signal(ctx, id, "TERM")
-	}
-	if err != nil && !errdefs.IsNotFound(err) {
+	if err := p.cli.stop(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 		p.mu.Lock()
 		rec.deleting = false // try again
 		p.mu.Unlock()
 		return fmt.Errorf("slurm: pod %s: %w", k, err)
 	}
 	return nil
-}
-
-// startedAny tells whether a container of the pod has started.
-func startedAny(st *corev1.PodStatus) bool {
-	for _, cs := range append(append([]corev1.ContainerStatus(nil), st.InitContainerStatuses...), st.ContainerStatuses...) {
-		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func (p *Provider) lookup(namespace, name string) (*record, error) {

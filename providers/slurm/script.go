@@ -87,7 +87,6 @@ func jobScript(rp *provider.ResolvedPod, opts scriptOptions) (string, error) {
 	w("#!/bin/sh\n")
 	w("# Pod %s/%s (%s) as a Slurm job, written by vkubelet's slurm provider.\n", pod.Namespace, pod.Name, pod.UID)
 	w("D=%s\n", quote(opts.dir))
-	w("grace=%d\n", grace)
 	// A SIGTERM from Slurm itself (time limit, preemption, an operator's scancel)
 	// is followed by SIGKILL after the cluster's KillWait (30 s by default): the
 	// containers get a grace period within it. A deletion writes its own grace
@@ -286,9 +285,14 @@ func volumeMounts(pod *corev1.Pod, c corev1.Container, dir string) ([]string, er
 // NVIDIA's device plugin does on a kubelet; the pod's own env comes after and wins. run executes one
 // container, restarting it as its policy says with the kubelet's back-off (10 s,
 // doubled, at most 5 min), and records each instance's progress in its directory.
-// It survives the SIGTERM of a deletion (its trap only records it) so that it can
-// still write how the container ended once stop has stopped it; its children get
-// the default disposition back.
+// It survives a SIGTERM that Slurm sends every process of the job (its trap
+// only records it) so that it can still write how the container ended once stop
+// has stopped it; its children get the default disposition back. A deletion
+// signals only the script (cli.stop), so that a podman command in flight
+// finishes rather than leave a container it was starting running unknown to
+// podman: stop stops the containers with the grace period of the stopping file
+// (0 once the provider says that period is over), and run stops a container
+// whose start ends after the stop began.
 const scriptFunctions = `
 stamp() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
 put() { cat > "$1.tmp" && mv "$1.tmp" "$1"; }
@@ -339,6 +343,8 @@ run() {
 		stopping && return 1
 		stamp | put "$i/started"
 		if out=$(podman start "$ctr" 2>&1 >/dev/null); then
+			# Stopped while it started: the stop may have come too early for it.
+			stopping && stopctr "$ctr"
 			code=
 			while [ -z "$code" ]; do code=$(waitctr "$ctr"); done
 			echo "$code $(stamp)" | put "$i/exit"
@@ -363,14 +369,13 @@ waitfor() {
 		kill -0 "$1" 2>/dev/null || return $_status
 	done
 }
+stopctr() {
+	if [ -s "$D/stopping" ]; then t=$(cat "$D/stopping"); else t=$slurmgrace; fi
+	podman stop --time "$t" "$1" >/dev/null 2>&1 &
+}
 stop() {
-	if [ -s "$D/stopping" ]; then
-		grace=$(cat "$D/stopping")
-	else
-		grace=$slurmgrace
-		touch "$D/stopping"
-	fi
-	for c in $ctrs; do podman stop --time "$grace" "$c" >/dev/null 2>&1 & done
+	[ -e "$D/stopping" ] || touch "$D/stopping"
+	for c in $ctrs; do stopctr "$c"; done
 }
 cleanup() { for c in $ctrs; do podman rm -f "$c" >/dev/null 2>&1; done; }
 `
