@@ -143,6 +143,10 @@ const (
 // Run soaks a mock node, run as a child process, in the cluster of cfg.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
+	// The churn's own client must not be what paces it: client-go's default
+	// of 5 requests a second held the first soaks to 2 deletes a second.
+	cfg.RESTConfig = rest.CopyConfig(cfg.RESTConfig)
+	cfg.RESTConfig.QPS, cfg.RESTConfig.Burst = 200, 400
 	c, err := kubernetes.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
