@@ -3,6 +3,8 @@ package kube_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
+	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/providers/kube"
 )
 
@@ -21,7 +24,8 @@ import (
 const holdFinalizer = "vkubelet.test/hold"
 
 // A StatefulSet's pod deleted while its copy in the target cluster is still
-// terminating (held there 5 s past its grace period of 1 s) is replaced only once
+// terminating (its containers stopped, held there by a finalizer until the
+// target has refused the replacement's copy) is replaced only once
 // that copy is gone from the target: the target never holds two copies of db-0
 // at once, as read in the target all along. (Copies keep their pod's name, so
 // the target itself refuses a second db-0 while the first is there, even with
@@ -60,7 +64,6 @@ func TestAStatefulSetsPodIsNeverRunTwiceInTheTarget(t *testing.T) {
 		}
 	}()
 
-	var released sync.WaitGroup
 	hold := func(old types.UID) {
 		l, err := tc.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelOriginUID + "=" + string(old)})
 		if err != nil || len(l.Items) != 1 {
@@ -71,31 +74,27 @@ func TestAStatefulSetsPodIsNeverRunTwiceInTheTarget(t *testing.T) {
 		if _, err := tc.CoreV1().Pods(target.Namespace).Patch(ctx, target.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		// Release the copy 5 s after the deletion reached it: a stop that
-		// outlasts the grace period.
-		released.Add(1)
-		go func() {
-			defer released.Done()
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-				p, err := tc.CoreV1().Pods(target.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
-				if err == nil && p.DeletionTimestamp != nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Errorf("the target copy was not deleted within a minute of db-0's deletion (%v)", err)
-					break
-				}
+		// Release the copy once the old db-0 has left the source cluster (its
+		// containers stopped in the target, whose node confirmed it; the copy
+		// still there) and the target has refused the replacement's copy,
+		// which has the same name.
+		testenv.ReleaseWhen(t, 3*time.Minute, func() (bool, string) {
+			p, err := testenv.Client(t).CoreV1().Pods(ns).Get(ctx, "db-0", metav1.GetOptions{})
+			if err != nil || p.UID == old {
+				return false, fmt.Sprintf("no replacement of db-0 %s yet (%v)", old, err)
 			}
-			time.Sleep(5 * time.Second)
+			reasons := testenv.EventReasons(t, ns, p.UID)
+			return slices.Contains(reasons, pod.ReasonProviderFailed),
+				fmt.Sprintf("events of the replacement db-0: %v, want a %s", reasons, pod.ReasonProviderFailed)
+		}, func(bool) {
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": nil}})
 			if _, err := tc.CoreV1().Pods(target.Namespace).Patch(ctx, target.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				t.Error(err)
 			}
-		}()
+		})
 	}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "postgres"}}, TerminationGracePeriodSeconds: ptr.To[int64](1)}
 	old, replacement := testenv.ReplaceStatefulSetPod(t, ns, sourceNode, spec, hold)
-	released.Wait()
 	close(done)
 	<-watched
 	if most != 1 {
