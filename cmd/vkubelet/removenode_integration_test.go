@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -97,42 +95,17 @@ func TestRemoveNodeDrainsARunningNodeAndDeletesIt(t *testing.T) {
 	}
 
 	// At each pod's removal from the API: does the provider still run it?
-	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var mu sync.Mutex
-	stillRunning := map[string]error{} // by pod, for the pods seen deleted: nil if it was
-	go func() {
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if ev.Type != watch.Deleted || !ok {
-				continue
-			}
-			err := fmt.Errorf("the provider still ran it")
-			if prov, lerr := mock.New(mockCfg, name); lerr != nil {
-				err = lerr
-			} else if _, gerr := prov.GetPod(context.Background(), pod.Namespace, pod.Name); errdefs.IsNotFound(gerr) {
-				err = nil
-			}
-			mu.Lock()
-			stillRunning[pod.Name] = err
-			mu.Unlock()
+	removals := testenv.WatchRemovals(t, c, ns, func(pod *corev1.Pod) error {
+		prov, err := mock.New(mockCfg, name)
+		if err != nil {
+			return err
 		}
-	}()
-	seenDeleted := func(n int) {
-		t.Helper()
-		testenv.Eventually(t, time.Minute, func() (bool, string) {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(stillRunning) == n, fmt.Sprintf("%d pods seen deleted, want %d", len(stillRunning), n)
-		})
-	}
+		if _, err := prov.GetPod(context.Background(), pod.Namespace, pod.Name); !errdefs.IsNotFound(err) {
+			return fmt.Errorf("the provider still ran it")
+		}
+		return nil
+	})
+	seenDeleted := func(n int) { t.Helper(); removals.Wait(t, n, time.Minute) }
 
 	out, err := removeNode(t, "--timeout", "10s", name)
 	if err == nil {
@@ -180,13 +153,11 @@ func TestRemoveNodeDrainsARunningNodeAndDeletesIt(t *testing.T) {
 	}
 
 	stopGracefully(t, p, "node process")
-	mu.Lock()
-	for pod, err := range stillRunning {
-		if err != nil {
-			t.Errorf("pod %s left the API: %v", pod, err)
+	for pod, r := range removals.Seen() {
+		if r.Err != nil {
+			t.Errorf("pod %s left the API: %v", pod, r.Err)
 		}
 	}
-	mu.Unlock()
 	prov, err := mock.New(mockCfg, name)
 	if err != nil {
 		t.Fatal(err)

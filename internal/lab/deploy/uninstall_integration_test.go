@@ -6,7 +6,6 @@ import (
 	"net"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -210,29 +208,12 @@ func testUninstallStopsThePodsInTheProviderFirst(t *testing.T, h *host) {
 	}
 
 	// At each pod's removal from the API: is it still in the provider?
-	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var mu sync.Mutex
-	stillRunning := map[string]bool{} // by name, for the pods seen deleted
-	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if ev.Type != watch.Deleted || !ok || ran[p.Name] != p.UID {
-				continue
-			}
-			_, err := m.GetPod(context.Background(), p.Namespace, p.Name)
-			mu.Lock()
-			stillRunning[p.Name] = !errdefs.IsNotFound(err)
-			mu.Unlock()
+	removals := testenv.WatchRemovals(t, c, ns, func(p *corev1.Pod) error {
+		if _, err := m.GetPod(context.Background(), p.Namespace, p.Name); !errdefs.IsNotFound(err) {
+			return fmt.Errorf("it left the API while the provider still ran it")
 		}
-	}()
+		return nil
+	})
 
 	// p-0 guarded by a budget the disruption controller says allows nothing.
 	if _, err := c.CoreV1().Pods(ns).Patch(ctx, "p-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"guarded":"yes"}}}`), metav1.PatchOptions{}); err != nil {
@@ -284,17 +265,19 @@ func testUninstallStopsThePodsInTheProviderFirst(t *testing.T, h *host) {
 
 	checkNodesRemoved(t, c, node)
 	testenv.Eventually(t, time.Minute, func() (bool, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(stillRunning) == len(ran), fmt.Sprintf("%d of the %d pods seen deleted from the API", len(stillRunning), len(ran))
+		seen := removals.Seen()
+		for name, uid := range ran {
+			if seen[name].UID != uid {
+				return false, fmt.Sprintf("pod %s not seen leaving the API yet", name)
+			}
+		}
+		return true, ""
 	})
-	mu.Lock()
-	for name, running := range stillRunning {
-		if running {
-			t.Errorf("pod %s left the API while the provider still ran it", name)
+	for name := range ran {
+		if err := removals.Seen()[name].Err; err != nil {
+			t.Errorf("pod %s: %v", name, err)
 		}
 	}
-	mu.Unlock()
 	for name, uid := range ran {
 		if creates, deletes := m.CreateCount(uid), m.DeleteCalls(uid); creates != 1 || deletes < 1 {
 			t.Errorf("pod %s: created %d times in the provider and deleted %d times; want 1 and at least 1", name, creates, deletes)
