@@ -20,7 +20,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
@@ -92,18 +91,7 @@ func TestRemoveUnconfirmedAfterStillRunsOneCopyInContainerd(t *testing.T) {
 // containerd and a CRI client of it.
 func startAtMostOneNode(t *testing.T, name string, edits ...func(*agent.Config)) (*crienv.Env, runtimeapi.RuntimeServiceClient) {
 	t.Helper()
-	testenv.ControlPlane(t) // skips under -short
-	testenv.Require(t, crienv.Available())
-	env, err := crienv.Start(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Stop)
-	cfg := nodetest.CRIConfig(t, name, env)
-	for _, edit := range edits {
-		edit(&cfg)
-	}
-	nodetest.Run(t, cfg)
+	env := startNode(t, name, edits...)
 	conn, err := env.Conn()
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
+	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
@@ -28,8 +29,8 @@ func TestMain(m *testing.M) {
 }
 
 // startNode starts a private containerd and a virtual node with the CRI provider on
-// it, until the test ends.
-func startNode(t *testing.T, name string) *crienv.Env {
+// it, with edits to the node's configuration, until the test ends.
+func startNode(t *testing.T, name string, edits ...func(*agent.Config)) *crienv.Env {
 	t.Helper()
 	testenv.ControlPlane(t) // skips under -short
 	testenv.Require(t, crienv.Available())
@@ -38,7 +39,11 @@ func startNode(t *testing.T, name string) *crienv.Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Stop)
-	nodetest.Run(t, nodetest.CRIConfig(t, name, env))
+	cfg := nodetest.CRIConfig(t, name, env)
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	nodetest.Run(t, cfg)
 	return env
 }
 
