@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +15,7 @@ func newControlPlaneCommand() *cobra.Command {
 		Short: "Manage the local control plane's binaries",
 	}
 	var all bool
+	version := controlplane.SelectedKubernetesVersion()
 	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build (or find in the cache) the control plane's binaries, etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kube-proxy, and print their paths; with --all also metrics-server, kwok, helm and CoreDNS",
@@ -26,7 +28,7 @@ CRI pods).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, log := cmd.Context(), cmd.ErrOrStderr()
-			b, err := controlplane.EnsureBinaries(ctx, log)
+			b, err := controlplane.EnsureKubernetes(ctx, version, log)
 			if err != nil {
 				return err
 			}
@@ -57,6 +59,8 @@ CRI pods).`,
 		},
 	}
 	build.Flags().BoolVar(&all, "all", false, "also build metrics-server, kwok, helm and CoreDNS")
+	build.Flags().StringVar(&version, "kubernetes-version", version,
+		"the Kubernetes release, one of "+strings.Join(controlplane.KubernetesVersions(), ", ")+" (default from $"+controlplane.KubernetesVersionEnv+")")
 	cmd.AddCommand(build)
 	return cmd
 }

@@ -32,7 +32,7 @@ func newUpCommand() *cobra.Command {
 	// The virtual node is the cluster's only node: a taint would only make every
 	// `kubectl run` need a toleration.
 	f.Config.DisableTaint = true
-	var dir string
+	var dir, kubernetesVersion string
 	nodes := 1
 	var allowPrivileged bool
 	netnsMissing := netns.Available()
@@ -75,6 +75,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 			ctx := cmd.Context()
 			cp, err := controlplane.Start(ctx, controlplane.Config{
 				Dir: dir, Scheduler: true, ControllerManager: true, Out: cmd.ErrOrStderr(),
+				KubernetesVersion: kubernetesVersion,
 			})
 			if err != nil {
 				return err
@@ -250,6 +251,8 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 	cmd.Flags().BoolVar(&useNetns, "netns", useNetns, "give the node its own address in a network namespace joined to this host by a veth pair (needs root; default: on when root)")
 	cmd.Flags().BoolVar(&allowPrivileged, "cri-allow-privileged", false, "with --provider cri and its own containerd: let containers run privileged, as a kubelet does by default (the CRI provider's allowPrivileged; off: such pods are refused)")
 	cmd.Flags().IntVar(&nodes, "nodes", nodes, "virtual nodes to start, named <nodename>-0 … when more than one")
+	cmd.Flags().StringVar(&kubernetesVersion, "kubernetes-version", controlplane.SelectedKubernetesVersion(),
+		"the control plane's Kubernetes release, one of "+strings.Join(controlplane.KubernetesVersions(), ", ")+" (default from $"+controlplane.KubernetesVersionEnv+")")
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory of the local cluster (default: <cache>/up, see VKUBELET_CACHE)")
 	return cmd
 }

@@ -18,6 +18,8 @@ import (
 )
 
 // Versions of the components vkubelet builds. They must match buildmod/*/go.mod.txt.
+// KubernetesVersion is the control plane every test and benchmark runs by default
+// (buildmod/kubernetes); the other releases that can be built are in versions.go.
 const (
 	KubernetesVersion    = "v1.37.1"
 	EtcdVersion          = "v3.7.3"
@@ -36,6 +38,8 @@ var buildmod embed.FS
 
 // Binaries are the paths of the control-plane executables.
 type Binaries struct {
+	// Version is the Kubernetes release they are, v1.<minor>.<patch>.
+	Version           string
 	Etcd              string
 	APIServer         string
 	Scheduler         string
@@ -48,8 +52,10 @@ type Binaries struct {
 
 // component is one family of binaries built from one build module.
 type component struct {
-	name     string   // directory in buildmod/ and in the cache
-	version  string   // pinned version, part of the cache key
+	name    string // names its cache entries
+	version string // pinned version, part of the cache key
+	// module is its directory in buildmod/; empty: name.
+	module   string
 	packages []string // Go packages to build, one binary each
 	ldflags  string
 	// after, if set, runs in the directory of the freshly built binaries before
@@ -57,30 +63,12 @@ type component struct {
 	after func(ctx context.Context, dir string) error
 }
 
-// components are the control plane's binaries, which EnsureBinaries builds.
-var components = []component{
-	{
-		name:    "kubernetes",
-		version: KubernetesVersion,
-		packages: []string{
-			"k8s.io/kubernetes/cmd/kube-apiserver",
-			"k8s.io/kubernetes/cmd/kube-scheduler",
-			"k8s.io/kubernetes/cmd/kube-controller-manager",
-			"k8s.io/kubernetes/cmd/kubectl",
-			"k8s.io/kubernetes/cmd/kube-proxy",
-		},
-		// Without these the binaries report v0.0.0 on /version, which confuses
-		// kubectl's version skew checks and our nodeInfo comparisons.
-		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
-			" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" +
-			" -X k8s.io/component-base/version.gitTreeState=clean",
-	},
-	{
-		name:     "etcd",
-		version:  EtcdVersion,
-		packages: []string{"go.etcd.io/etcd/server/v3"},
-		ldflags:  "-s -w",
-	},
+// etcd serves every Kubernetes release's API server; EnsureBinaries builds it.
+var etcd = component{
+	name:     "etcd",
+	version:  EtcdVersion,
+	packages: []string{"go.etcd.io/etcd/server/v3"},
+	ldflags:  "-s -w",
 }
 
 // metricsServer serves metrics.k8s.io (kubectl top) for `vkubeletctl up`; only
@@ -134,6 +122,14 @@ var coreDNS = component{
 	ldflags: "-s -w -X github.com/coredns/coredns/coremain.GitCommit=" + CoreDNSVersion,
 }
 
+// moduleDir is c's build module in the embedded buildmod.
+func (c component) moduleDir() string {
+	if c.module != "" {
+		return "buildmod/" + c.module
+	}
+	return "buildmod/" + c.name
+}
+
 // kwokStages is the file, beside the kwok binary, holding its default stages.
 const kwokStages = "default-stages.yaml"
 
@@ -157,25 +153,31 @@ func CacheDir() (string, error) {
 // the cache first. Progress and the reuse of cached binaries are reported to out
 // (nil for silence). Concurrent callers, in this process or others, build once: the
 // others wait on a lock file.
+//
+// The Kubernetes release is SelectedKubernetesVersion's; EnsureKubernetes takes
+// another.
 func EnsureBinaries(ctx context.Context, out io.Writer) (*Binaries, error) {
-	if out == nil {
-		out = io.Discard
-	}
-	cache, err := CacheDir()
+	return EnsureKubernetes(ctx, SelectedKubernetesVersion(), out)
+}
+
+// EnsureKubernetes is EnsureBinaries for a given Kubernetes release, one of
+// KubernetesVersions.
+func EnsureKubernetes(ctx context.Context, version string, out io.Writer) (*Binaries, error) {
+	kube, err := kubernetesRelease(version)
 	if err != nil {
 		return nil, err
 	}
-	dirs := map[string]string{}
-	for _, c := range components {
-		dir, err := c.ensure(ctx, cache, out)
-		if err != nil {
-			return nil, err
-		}
-		dirs[c.name] = dir
+	k, err := ensureCached(ctx, kube, out)
+	if err != nil {
+		return nil, err
 	}
-	k := dirs["kubernetes"]
+	e, err := ensureCached(ctx, etcd, out)
+	if err != nil {
+		return nil, err
+	}
 	return &Binaries{
-		Etcd:              filepath.Join(dirs["etcd"], "server"),
+		Version:           version,
+		Etcd:              filepath.Join(e, "server"),
 		APIServer:         filepath.Join(k, "kube-apiserver"),
 		Scheduler:         filepath.Join(k, "kube-scheduler"),
 		ControllerManager: filepath.Join(k, "kube-controller-manager"),
@@ -250,7 +252,7 @@ func EnsureCoreDNS(ctx context.Context, out io.Writer) (string, error) {
 // change to the pinned dependencies never reuses binaries built from the old ones.
 func (c component) key() (string, error) {
 	h := sha256.New()
-	err := fs.WalkDir(buildmod, "buildmod/"+c.name, func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(buildmod, c.moduleDir(), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -263,7 +265,7 @@ func (c component) key() (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("reading build module %s: %w", c.name, err)
+		return "", fmt.Errorf("reading build module %s: %w", c.moduleDir(), err)
 	}
 	io.WriteString(h, c.ldflags+strings.Join(c.packages, ","))
 	return fmt.Sprintf("%s-%s-%s", c.name, c.version, hex.EncodeToString(h.Sum(nil))[:12]), nil
@@ -308,12 +310,12 @@ func (c component) build(ctx context.Context, cache, key, binDir string, out io.
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return err
 	}
-	entries, err := buildmod.ReadDir("buildmod/" + c.name)
+	entries, err := buildmod.ReadDir(c.moduleDir())
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		b, err := buildmod.ReadFile("buildmod/" + c.name + "/" + e.Name())
+		b, err := buildmod.ReadFile(c.moduleDir() + "/" + e.Name())
 		if err != nil {
 			return err
 		}

@@ -28,6 +28,9 @@ const (
 
 // Config says what to start.
 type Config struct {
+	// KubernetesVersion is the release to run, one of KubernetesVersions. Empty:
+	// SelectedKubernetesVersion ($VKUBELET_KUBERNETES_VERSION, else KubernetesVersion).
+	KubernetesVersion string
 	// Dir holds PKI, kubeconfigs, etcd data and logs. Empty: a new temporary directory,
 	// removed by Stop.
 	Dir string
@@ -86,7 +89,10 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 2 * time.Minute
 	}
-	bins, err := EnsureBinaries(ctx, cfg.Out)
+	if cfg.KubernetesVersion == "" {
+		cfg.KubernetesVersion = SelectedKubernetesVersion()
+	}
+	bins, err := EnsureKubernetes(ctx, cfg.KubernetesVersion, cfg.Out)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -51,7 +50,7 @@ var e2eTests = component{
 	},
 	// The control plane's version stamp: e2e.test prints it and compares it with
 	// the API server's, and the kubelet reports it in its Node's nodeInfo.
-	ldflags: componentNamed("kubernetes").ldflags,
+	ldflags: defaultKubernetes().ldflags,
 }
 
 func init() { e2eTests.after = buildE2ETest }
@@ -108,23 +107,4 @@ func buildE2ETest(ctx context.Context, dir string) error {
 	}
 	fmt.Fprintf(logFile, "e2e.test built in %s\n", time.Since(start).Round(time.Second))
 	return nil
-}
-
-// componentNamed returns the control plane's component called name; it panics
-// on a name that is not one, which only a change to this package can cause.
-func componentNamed(name string) component {
-	for _, c := range components {
-		if c.name == name {
-			return c
-		}
-	}
-	panic(fmt.Sprintf("controlplane: no component %q (known: %s)", name, knownComponents()))
-}
-
-func knownComponents() string {
-	names := make([]string, len(components))
-	for i, c := range components {
-		names[i] = c.name
-	}
-	return strings.Join(names, ", ")
 }
