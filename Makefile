@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/vkubelet/vkubelet/internal/version.Version=$(VERSION) \
 # Integration tests start real control planes; the first run also builds them.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all setup build controlplane up test flakes unit vet fmt-check fuzz fault soak image manifests chart-docs proto release conformance
+.PHONY: all setup build controlplane up test flakes unit vet fmt-check fuzz fault soak skew image manifests chart-docs proto release conformance
 
 all: build
 
@@ -152,6 +152,14 @@ fault: controlplane
 SOAK_ARGS ?=
 soak: controlplane
 	$(BIN)/vkubeletctl soak $(SOAK_ARGS)
+
+# The version-skew matrix (docs/COMPATIBILITY.md): for every Kubernetes release
+# the lab builds (the first build of each takes about 10 minutes), the node's
+# wire-facing integration tests and `bench --pods 1000`; prints the matrix and
+# fails if a test did. SKEW_ARGS adds flags (--versions v1.34.4 --bench-pods 0).
+SKEW_ARGS ?=
+skew: controlplane
+	$(BIN)/vkubeletctl skew $(SKEW_ARGS)
 
 # Kubernetes' own e2e tests against a vkubelet CRI node on this machine (root):
 # e2e.test, the kubelet and the test images built from the control plane's

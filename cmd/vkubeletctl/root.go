@@ -18,6 +18,6 @@ vkubelet command.`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // main prints them, once
 	}
-	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), newConformanceCommand(), newSoakCommand(), version.Command("vkubeletctl"))
+	cmd.AddCommand(newUpCommand(), newBenchCommand(), newControlPlaneCommand(), newConformanceCommand(), newSoakCommand(), newSkewCommand(), version.Command("vkubeletctl"))
 	return cmd
 }

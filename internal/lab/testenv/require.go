@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 )
 
 // Require stops a test that cannot run on this machine, as err says (root
@@ -49,3 +51,20 @@ func recordSkip(t testing.TB, why error) {
 // InCI reports whether the tests run in CI (CI=true, as .ci/run and the CI
 // services set it).
 func InCI() bool { return os.Getenv("CI") == "true" }
+
+// RequireKubernetes skips a test whose subject the control planes' Kubernetes
+// release lacks (see controlplane.SelectedKubernetesVersion): what names it,
+// minor is the first release that has it on by default. The version-skew
+// matrix counts such a test as not applicable; the default release has
+// everything the tests use, so `make test` never skips here.
+func RequireKubernetes(t testing.TB, minor int, what string) {
+	t.Helper()
+	v := controlplane.SelectedKubernetesVersion()
+	have, err := controlplane.MinorOf(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have < minor {
+		t.Skipf("not applicable: %s needs Kubernetes 1.%d or later; the control plane is %s", what, minor, v)
+	}
+}
