@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/informerutil"
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/internal/wire/podwire"
@@ -95,6 +96,10 @@ type Config struct {
 	// nothing. The contexts handed to the provider carry the spans, so a
 	// provider that propagates trace context continues them.
 	Tracer trace.Tracer
+	// APIFeatures are the API server's features (apifeatures.Detect): a
+	// status field its release lacks is not written, as that release's
+	// kubelet does not write it. nil: every feature, as the newest release.
+	APIFeatures *apifeatures.Set
 }
 
 // Controller syncs the pods bound to one node with a provider.
@@ -162,6 +167,8 @@ type Controller struct {
 	clock     clock.WithTicker
 	log       *slog.Logger
 	tracer    trace.Tracer
+	// features are the API server's (Config.APIFeatures).
+	features *apifeatures.Set
 
 	workers       int
 	statusWorkers int
@@ -219,6 +226,7 @@ func NewController(cfg Config) (*Controller, error) {
 		clock:                  cfg.Clock,
 		log:                    cfg.Logger.With("component", "pod-controller", "node", cfg.NodeName),
 		tracer:                 cfg.Tracer,
+		features:               cfg.APIFeatures,
 		workers:                cfg.Workers,
 		statusWorkers:          cfg.StatusWorkers,
 		pollInterval:           cfg.StatusPollInterval,

@@ -10,6 +10,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 	"github.com/vkubelet/vkubelet/provider"
 )
@@ -40,10 +41,13 @@ const ReasonResizeInfeasible = "ResizeInfeasible"
 // Only a pod resized, or refused a resize, keeps a record (in the state store,
 // apart from its podState); the others run their spec's resources.
 
-// resizesInPlace reports whether the provider resizes running pods, so that
-// the statuses carry the containers' resources.
+// resizesInPlace reports whether the provider resizes running pods and the API
+// server takes resizes (apifeatures.InPlaceResize), so that the statuses carry
+// the containers' resources. A server without it drops them from the status,
+// and refuses every change of a running pod's resources: the node reports as
+// a kubelet without in-place resize does.
 func (c *Controller) resizesInPlace() bool {
-	return provider.ResizesInPlace(c.provider)
+	return c.features.Has(apifeatures.InPlaceResize) && provider.ResizesInPlace(c.provider)
 }
 
 // resourcesInEffect is, for a provider that resizes in place, the spec whose
@@ -61,7 +65,8 @@ func (c *Controller) resourcesInEffect(key string, st podState, cached *podwire.
 		// the status tells the resources the provider runs.
 		from = st.lastPod
 	}
-	if from == cached && reportsResources(api) && podLevelReported(api, c.state.resizeOf(key)) {
+	if from == cached && reportsResources(api) &&
+		(!c.features.Has(apifeatures.PodLevelResourcesStatus) || podLevelReported(api, c.state.resizeOf(key))) {
 		return nil, nil
 	}
 	return from.ResourcesSpec()
@@ -285,7 +290,7 @@ func resizeStatus(current, out *corev1.PodStatus, fromProvider *corev1.PodStatus
 	}
 	fill(out.InitContainerStatuses, current.InitContainerStatuses, init)
 	fill(out.ContainerStatuses, current.ContainerStatuses, app)
-	if of.running != nil {
+	if of.running != nil && !of.noPodLevelStatus {
 		podLevelStatus(out, fromProvider, of.running, rs)
 	}
 }

@@ -144,7 +144,7 @@ func stoppedByNode(st podState, cached *podwire.Pod) bool {
 // as the API has them.
 func (c *Controller) writeStatus(ctx context.Context, p *corev1.Pod, fromProvider *corev1.PodStatus, running *corev1.PodSpec) error {
 	key := keyOf(p)
-	desired := desiredStatus(p, fromProvider, c.state.resizeOf(key), running, metav1.NewTime(c.clock.Now()))
+	desired := desiredStatus(p, fromProvider, c.state.resizeOf(key), running, c.features, metav1.NewTime(c.clock.Now()))
 	patch, err := statuspatch.Build(p.UID, &p.Status, &desired)
 	if err != nil || patch == nil {
 		return err

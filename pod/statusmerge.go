@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 )
 
 // desiredStatus is the status p should have once fromProvider, what the provider
@@ -13,9 +15,12 @@ import (
 // with a finished pod not Ready (finishedNotReady, as of now). resize is the
 // node's record of the pod resized in place and running the spec whose
 // resources the provider runs (nil: as the API has them), both for resizeStatus.
-func desiredStatus(p *corev1.Pod, fromProvider *corev1.PodStatus, resize *resizeState, running *corev1.PodSpec, now metav1.Time) corev1.PodStatus {
+// server is what the API server keeps (nil: everything).
+func desiredStatus(p *corev1.Pod, fromProvider *corev1.PodStatus, resize *resizeState, running *corev1.PodSpec, server *apifeatures.Set, now metav1.Time) corev1.PodStatus {
 	of := specOf(p)
 	of.resize, of.running = resize, running
+	of.noGeneration = !server.Has(apifeatures.PodObservedGeneration)
+	of.noPodLevelStatus = !server.Has(apifeatures.PodLevelResourcesStatus)
 	desired := mergeStatus(p.Status, fromProvider, of)
 	finishedNotReady(&p.Status, &desired, now)
 	return desired
@@ -33,10 +38,11 @@ func desiredStatus(p *corev1.Pod, fromProvider *corev1.PodStatus, resize *resize
 // The status, and each condition the provider reports, observe the generation
 // of the pod the node works from (observedGeneration, as the kubelet sets it);
 // a provider that says which generation a condition observed is taken at its
-// word. With no generation known the API's observedGeneration stays.
+// word. With no generation known the API's observedGeneration stays. On a
+// server that keeps none (of.noGeneration) none is written.
 func mergeStatus(current corev1.PodStatus, fromProvider *corev1.PodStatus, of statusSpec) corev1.PodStatus {
 	out := *current.DeepCopy()
-	if of.generation > 0 {
+	if of.generation > 0 && !of.noGeneration {
 		out.ObservedGeneration = of.generation
 	}
 	p := fromProvider
@@ -95,6 +101,13 @@ type statusSpec struct {
 	// running is the spec whose containers' resources the provider runs, for a
 	// provider that resizes in place (nil for others): the statuses report them.
 	running *corev1.PodSpec
+	// noGeneration and noPodLevelStatus say the API server keeps no
+	// observedGeneration (apifeatures.PodObservedGeneration) or no pod-level
+	// resources in the status (apifeatures.PodLevelResourcesStatus): the node
+	// writes none, as that release's kubelet. A field the server drops would
+	// be missing from every status the node compares with, and written again
+	// at every check.
+	noGeneration, noPodLevelStatus bool
 }
 
 // specOf is the statusSpec of p.
@@ -105,6 +118,10 @@ func specOf(p *corev1.Pod) statusSpec {
 // observed is condition c, from the provider, observing the generation the
 // status is written for unless it says which it observed.
 func (s statusSpec) observed(c corev1.PodCondition) corev1.PodCondition {
+	if s.noGeneration {
+		c.ObservedGeneration = 0
+		return c
+	}
 	if c.ObservedGeneration == 0 {
 		c.ObservedGeneration = s.generation
 	}

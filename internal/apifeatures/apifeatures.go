@@ -92,6 +92,17 @@ func (s *Set) Has(f Feature) bool {
 	return s == nil || s.off[f] == ""
 }
 
+// Without is a Set with every feature but fs, as a server that lacks them
+// has: for the tests of the controllers' fallbacks, and callers that know
+// the server without asking it.
+func Without(fs ...Feature) *Set {
+	s := &Set{off: map[Feature]string{}}
+	for _, f := range fs {
+		s.off[f] = string(f) + " is off"
+	}
+	return s
+}
+
 // Off is a feature the server lacks and why, with what the node does instead.
 type Off struct {
 	Feature Feature

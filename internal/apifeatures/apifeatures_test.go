@@ -249,3 +249,11 @@ func TestANilSetHasEveryFeature(t *testing.T) {
 		t.Errorf("nil Set: Off() = %v", s.Off())
 	}
 }
+
+// Without lacks what it names, and has the rest.
+func TestWithoutLacksWhatItNames(t *testing.T) {
+	s := Without(PodObservedGeneration)
+	if s.Has(PodObservedGeneration) || !s.Has(InPlaceResize) {
+		t.Errorf("Without(PodObservedGeneration): Has = %v, %v; want false, true", s.Has(PodObservedGeneration), s.Has(InPlaceResize))
+	}
+}
