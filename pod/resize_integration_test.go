@@ -209,6 +209,8 @@ func TestAPodOfAProviderThatCannotResizeIsNotResized(t *testing.T) {
 // pod's requests, resources the pod-level requirements), and a resize of them
 // through the resize subresource reaches the provider and then the status.
 func TestPodLevelResourcesAreReportedAndResized(t *testing.T) {
+	// A 1.34 API server drops both fields from the pod's status (unknown field).
+	testenv.RequireKubernetes(t, 35, "pod-level resources in the pod's status (status.resources, status.allocatedResources)")
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	withAllocatable(t, c, node)
