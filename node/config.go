@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 )
 
@@ -79,6 +80,10 @@ type Config struct {
 	// the process for its lease renewals and status refreshes (it must run on
 	// Clock); nil runs one of its own.
 	Timer *sharedtimer.Timer
+	// APIFeatures are the API server's features (apifeatures.Detect): on a
+	// release without status.declaredFeatures the provider's declared
+	// features are not written. nil: every feature, as the newest release.
+	APIFeatures *apifeatures.Set
 }
 
 // withDefaults returns cfg with the zero fields filled in, or an error naming the

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	core "k8s.io/client-go/testing"
+
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 )
 
 // declaringProvider is the test provider declaring features.
@@ -89,5 +91,45 @@ func TestDeclaredFeaturesArePatchedOnlyForADeclaringProvider(t *testing.T) {
 				t.Errorf("node's declaredFeatures = %q, want %q", n.Status.DeclaredFeatures, tc.after)
 			}
 		})
+	}
+}
+
+// An API server without status.declaredFeatures (before v1.36) gets none: the
+// node it creates has none, and the status patch of an existing one leaves
+// the key out, as a kubelet of that release writes it.
+func TestNoFeaturesAreDeclaredToAServerWithoutDeclaredFeatures(t *testing.T) {
+	declaring := func(f *fixture) *Controller {
+		c := f.newControllerWith(func(cfg *Config) {
+			cfg.Provider = declaringProvider{f.provider, []string{"RestartAllContainersOnContainerExits"}}
+			cfg.APIFeatures = apifeatures.Without(apifeatures.NodeDeclaredFeatures)
+		})
+		c.configure(context.Background())
+		return c
+	}
+	f := newFixture(t)
+	if err := declaring(f).writeNode(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	created := f.expectActions("get nodes", "create nodes")[1].(core.CreateAction).GetObject().(*corev1.Node)
+	if created.Status.DeclaredFeatures != nil {
+		t.Errorf("declaredFeatures of the node created = %q, want none", created.Status.DeclaredFeatures)
+	}
+
+	f = newFixture(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "uid-old"}})
+	if err := declaring(f).writeNode(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	patched := false
+	for _, a := range f.actions() {
+		if !isStatusPatch(a) {
+			continue
+		}
+		patched = true
+		if got, ok := decodePatch(t, a)["status"].(map[string]any)["declaredFeatures"]; ok {
+			t.Errorf("status patch's declaredFeatures = %v, want the key left out", got)
+		}
+	}
+	if !patched {
+		t.Fatal("no status patch")
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/provider"
 )
 
@@ -14,7 +15,11 @@ import (
 // reports through NotifyNodeStatus.
 
 // configure builds the desired node from the config, the provider's ConfigureNode
-// and the features it declares (provider.FeatureDeclarer).
+// and the features it declares (provider.FeatureDeclarer). A server without
+// status.declaredFeatures (apifeatures.NodeDeclaredFeatures) gets none, as from
+// a kubelet of its release: it would drop them (a release before v1.35 with a
+// warning at each status write), and its API server and scheduler do not ask a
+// node for features.
 func (c *Controller) configure(ctx context.Context) {
 	n := desiredNode(c.cfg)
 	if c.configurer != nil {
@@ -30,7 +35,7 @@ func (c *Controller) configure(ctx context.Context) {
 	}
 	n.Status.Conditions = withDefaultConditions(n.Status.Conditions)
 	withOperatorSettings(n, c.cfg)
-	if features, ok := provider.DeclaredFeatures(c.cfg.Provider); ok {
+	if features, ok := provider.DeclaredFeatures(c.cfg.Provider); ok && c.cfg.APIFeatures.Has(apifeatures.NodeDeclaredFeatures) {
 		c.declaresFeatures = true
 		n.Status.DeclaredFeatures = declaredFeatures(features, c.log)
 	}
