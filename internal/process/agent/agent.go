@@ -85,11 +85,17 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			stopCerts()
 		}
 	}()
+	// What the API server has of what the node writes: read before anything
+	// is built, as the node refuses a server it cannot run against.
+	features := cfg.APIFeatures
 	if cfg.Shared != nil {
 		if err := checkShared(cfg); err != nil {
 			return nil, err
 		}
 		client = cfg.Shared.client
+		if features == nil {
+			features = cfg.Shared.features
+		}
 	} else {
 		certCtx, stop := context.WithCancel(context.Background())
 		stopCerts = stop
@@ -102,6 +108,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
 			return nil, err
+		}
+		if features, err = configuredFeatures(ctx, cfg, restCfg.Host, client); err != nil {
+			return nil, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 		}
 	}
 	if cfg.ServingCSRApprover, err = servingApprover(cfg); err != nil {
@@ -170,7 +179,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		KubeletVersion: version.KubeletVersion(), Provider: p,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, Logger: cfg.Logger,
 		Labels: cfg.NodeLabels, Taints: cfg.NodeTaints, Capacity: cfg.NodeCapacity,
-		OnReady: n.partReady,
+		OnReady: n.partReady, APIFeatures: features,
 	})
 	if err != nil {
 		return nil, err
@@ -191,7 +200,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		StatusWorkers:      cfg.PodStatusWorkers,
 		StatusPollInterval: cfg.StatusPollInterval, ResyncPeriod: cfg.FullResyncPeriod, RemoveUnconfirmedAfter: cfg.RemoveUnconfirmedAfter,
 		Metrics: metrics, Logger: cfg.Logger, Tracer: tp.Tracer("github.com/vkubelet/vkubelet/pod"),
-		OnReady: n.partReady,
+		OnReady: n.partReady, APIFeatures: features,
 	}
 	if cfg.Shared != nil {
 		podCfg.Recorder, podCfg.Source, podCfg.Caches, podCfg.Timer = cfg.Shared.recorder(cfg.NodeName), cfg.Shared.pods, cfg.Shared.caches, cfg.Shared.timer

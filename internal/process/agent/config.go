@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/process/registry"
 	"github.com/vkubelet/vkubelet/internal/process/tracing"
 )
@@ -113,6 +114,11 @@ type Config struct {
 	// the process (NewShared): its client, and so its credential, watches,
 	// caches and metrics.
 	Shared *Shared
+	// APIFeatures, if set, are the API server's features as the caller knows
+	// them (apifeatures.Detect; apifeatures.Without() for every feature); nil:
+	// New (or NewShared) reads them from the server, once per process and
+	// server (apifeatures.go).
+	APIFeatures *apifeatures.Set
 
 	Logger *slog.Logger
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 )
 
 func TestTheKubeletAPIListensOnTheNodesAddressUnlessToldOtherwise(t *testing.T) {
@@ -19,7 +21,7 @@ func TestTheKubeletAPIListensOnTheNodesAddressUnlessToldOtherwise(t *testing.T) 
 	} {
 		n, err := New(context.Background(), Config{
 			NodeName: "vk", Provider: "mock", RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"},
-			InternalIP: "127.0.0.1", ListenAddress: tc.listen, KubeletPort: 0,
+			InternalIP: "127.0.0.1", ListenAddress: tc.listen, KubeletPort: 0, APIFeatures: apifeatures.Without(),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {

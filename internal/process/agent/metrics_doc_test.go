@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/metrics"
+
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 )
 
 // metricsDoc is the operators' list of the metrics a node serves.
@@ -43,8 +45,10 @@ func TestMetricsDocListsEveryMetric(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	restCfg := func() *rest.Config { return &rest.Config{Host: apiServer.URL} }
 
+	// The fake server answers nothing: the features are given, not read.
+	every := apifeatures.Without()
 	n, err := New(ctx, Config{NodeName: "metrics-doc", Provider: "mock", RESTConfig: restCfg(),
-		InternalIP: "127.0.0.1", Logger: logger})
+		InternalIP: "127.0.0.1", Logger: logger, APIFeatures: every})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +57,7 @@ func TestMetricsDocListsEveryMetric(t *testing.T) {
 		n.stopCerts()
 		closeProvider(n.provider)
 	}()
-	shared, err := NewShared(ctx, Config{RESTConfig: restCfg(), Logger: logger})
+	shared, err := NewShared(ctx, Config{RESTConfig: restCfg(), Logger: logger, APIFeatures: every})
 	if err != nil {
 		t.Fatal(err)
 	}

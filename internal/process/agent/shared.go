@@ -18,6 +18,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/queues/sharedtimer"
 	"github.com/vkubelet/vkubelet/kubeletapi"
 	"github.com/vkubelet/vkubelet/node"
@@ -53,6 +54,8 @@ type Shared struct {
 	// registry holds every metric: the process's (processMetrics) and the
 	// nodes' summed; each node's kubelet port serves it.
 	registry *prometheus.Registry
+	// features are the API server's features, read once for the nodes.
+	features *apifeatures.Set
 
 	// ctx ends when Run returns: what the shared machinery starts on demand
 	// (the kubelet API's client-CA watch) stops with it.
@@ -90,6 +93,10 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
+	features, err := configuredFeatures(ctx, base, restCfg.Host, client)
+	if err != nil {
+		return nil, err
+	}
 	pods, err := pod.NewSource(client, base.FullResyncPeriod)
 	if err != nil {
 		return nil, err
@@ -111,7 +118,7 @@ func NewShared(ctx context.Context, base Config) (*Shared, error) {
 	return &Shared{ctx: runCtx, stop: stop, client: client, events: record.NewBroadcaster(), pods: pods, nodes: nodes,
 		caches: resolve.NewCaches(client), timer: sharedtimer.New(nil), registry: registry,
 		port:       kubeletapi.NewPort(kubeletapi.PortConfig{Logger: base.Logger}),
-		podMetrics: podMetrics, apiMetrics: kubeletMetrics}, nil
+		podMetrics: podMetrics, apiMetrics: kubeletMetrics, features: features}, nil
 }
 
 // Run writes the nodes' Events, watches their pods and Nodes and serves their
