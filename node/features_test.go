@@ -94,7 +94,7 @@ func TestDeclaredFeaturesArePatchedOnlyForADeclaringProvider(t *testing.T) {
 	}
 }
 
-// An API server without status.declaredFeatures (before v1.36) gets none: the
+// An API server without status.declaredFeatures (before v1.35) gets none: the
 // node it creates has none, and the status patch of an existing one leaves
 // the key out, as a kubelet of that release writes it.
 func TestNoFeaturesAreDeclaredToAServerWithoutDeclaredFeatures(t *testing.T) {

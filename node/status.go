@@ -16,10 +16,10 @@ import (
 
 // configure builds the desired node from the config, the provider's ConfigureNode
 // and the features it declares (provider.FeatureDeclarer). A server without
-// status.declaredFeatures (apifeatures.NodeDeclaredFeatures) gets none, as from
-// a kubelet of its release: it would drop them (a release before v1.35 with a
-// warning at each status write), and its API server and scheduler do not ask a
-// node for features.
+// status.declaredFeatures (apifeatures.NodeDeclaredFeatures, before v1.35)
+// gets none, as from a kubelet of its release: it would drop them, with a
+// warning at each status write, and its API server and scheduler do not ask
+// a node for features.
 func (c *Controller) configure(ctx context.Context) {
 	n := desiredNode(c.cfg)
 	if c.configurer != nil {

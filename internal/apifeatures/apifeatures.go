@@ -46,21 +46,30 @@ const (
 	PodObservedGeneration Feature = "PodObservedGenerationTracking"
 	// NodeDeclaredFeatures is a node's status.declaredFeatures
 	// (NodeDeclaredFeatures: alpha v1.35, beta and on by default v1.36, GA
-	// v1.37).
+	// v1.37). v1.35 has it from its alpha on: its nodes/status keeps what a
+	// node writes there whether the gate is on or not, and an operator who
+	// turned the gate on has pods that need a feature kept off nodes that
+	// do not declare it. Before v1.35 the field is unknown to the server.
 	NodeDeclaredFeatures Feature = "NodeDeclaredFeatures"
 )
 
 // features are the features in the order Off lists them, each with the first
-// release that has it on by default and what the node does without it.
+// release the node uses it on, its gate's history, and what the node does
+// without it.
 var features = []struct {
 	feature Feature
 	minor   int
+	history string
 	without string
 }{
-	{InPlaceResize, 33, "pods' container statuses carry no allocated resources, as a kubelet's without in-place resize"},
-	{PodLevelResourcesStatus, 36, "pods' status.resources and status.allocatedResources are not written"},
-	{PodObservedGeneration, 34, "pods' status.observedGeneration and their conditions' are not written"},
-	{NodeDeclaredFeatures, 36, "the node's status.declaredFeatures is not written; the provider's declared features are not advertised"},
+	{InPlaceResize, 33, "alpha v1.27, on by default v1.33, GA v1.35",
+		"pods' container statuses carry no allocated resources, as a kubelet's without in-place resize"},
+	{PodLevelResourcesStatus, 36, "alpha v1.35, on by default v1.36",
+		"pods' status.resources and status.allocatedResources are not written"},
+	{PodObservedGeneration, 34, "alpha v1.33, on by default v1.34, GA v1.35",
+		"pods' status.observedGeneration and their conditions' are not written"},
+	{NodeDeclaredFeatures, 35, "the field from v1.35, on by default v1.36, GA v1.37",
+		"the node's status.declaredFeatures is not written: the provider's declared features are not advertised"},
 }
 
 // requiredGroups and requiredCore are the APIs the node cannot do without.
@@ -185,11 +194,11 @@ func Decide(v *version.Info, groups *metav1.APIGroupList, core *metav1.APIResour
 	for _, f := range features {
 		switch {
 		case f.feature == InPlaceResize && !served["pods/resize"]:
-			s.off[f.feature] = fmt.Sprintf("Kubernetes %s does not serve pods/resize (%s is off; on by default from v1.%d): %s", name, f.feature, f.minor, f.without)
-		case minor < f.minor && f.feature == InPlaceResize:
+			s.off[f.feature] = fmt.Sprintf("Kubernetes %s does not serve pods/resize (%s is off; %s): %s", name, f.feature, f.history, f.without)
+		case f.feature == InPlaceResize && minor < f.minor:
 			s.off[f.feature] = fmt.Sprintf("Kubernetes %s serves pods/resize under the alpha %s, whose resize status (status.resize) vkubelet does not write; it resizes in place with v1.%d's API: %s", name, f.feature, f.minor, f.without)
 		case minor < f.minor:
-			s.off[f.feature] = fmt.Sprintf("Kubernetes %s has %s off by default (on from v1.%d): %s", name, f.feature, f.minor, f.without)
+			s.off[f.feature] = fmt.Sprintf("Kubernetes %s lacks %s (%s): %s", name, f.feature, f.history, f.without)
 		}
 	}
 	return s, nil

@@ -90,7 +90,7 @@ func TestEachReleaseHasTheFeaturesOnByDefaultInIt(t *testing.T) {
 		{server("v1.32.2"), all},
 		{server("v1.33.13"), []Feature{PodLevelResourcesStatus, PodObservedGeneration, NodeDeclaredFeatures}},
 		{server("v1.34.4"), []Feature{PodLevelResourcesStatus, NodeDeclaredFeatures}},
-		{server("v1.35.4"), []Feature{PodLevelResourcesStatus, NodeDeclaredFeatures}},
+		{server("v1.35.4"), []Feature{PodLevelResourcesStatus}},
 		{server("v1.36.3"), nil},
 		{server("v1.37.1"), nil},
 		{server("v1.38.0"), nil},

@@ -19,8 +19,10 @@
 // runs: a node picks up an upgraded API server when it restarts.
 //
 // Discovery shows an API or subresource, not a field: a feature that is a
-// field behind a feature gate is judged by the gate's default in the server's
-// release, taken from that release's pkg/features/kube_features.go. An
+// field behind a feature gate is judged by the server's release, from the
+// first release whose default installation keeps what the node writes (the
+// gates' histories are those of each release's pkg/features/kube_features.go,
+// and the integration test checks the rule against the release it runs). An
 // operator who turned a beta gate off against its default is not seen; a GA
 // gate is locked on.
 package apifeatures
