@@ -37,7 +37,7 @@ func apiFeatures(ctx context.Context, host string, d apifeatures.Discovery, log 
 	if s, ok := detected.sets[host]; ok {
 		return s, nil
 	}
-	s, err := detectFeatures(ctx, d, log)
+	s, err := detectFeatures(ctx, d, log, time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +47,8 @@ func apiFeatures(ctx context.Context, host string, d apifeatures.Discovery, log 
 }
 
 // detectFeatures is apifeatures.Detect, tried again while it fails for a
-// reason that may pass, backing off to once every 30 s.
-func detectFeatures(ctx context.Context, d apifeatures.Discovery, log *slog.Logger) (*apifeatures.Set, error) {
-	delay := time.Second
+// reason that may pass, first after delay, backing off to once every 30 s.
+func detectFeatures(ctx context.Context, d apifeatures.Discovery, log *slog.Logger, delay time.Duration) (*apifeatures.Set, error) {
 	for {
 		s, err := apifeatures.Detect(ctx, d)
 		if err == nil || errors.Is(err, apifeatures.ErrUnsupported) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
