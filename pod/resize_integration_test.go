@@ -209,8 +209,9 @@ func TestAPodOfAProviderThatCannotResizeIsNotResized(t *testing.T) {
 // pod's requests, resources the pod-level requirements), and a resize of them
 // through the resize subresource reaches the provider and then the status.
 func TestPodLevelResourcesAreReportedAndResized(t *testing.T) {
-	// A 1.34 API server drops both fields from the pod's status (unknown field).
-	testenv.RequireKubernetes(t, 35, "pod-level resources in the pod's status (status.resources, status.allocatedResources)")
+	// v1.34's API server has neither field (unknown field); v1.35's drops both
+	// with its alpha gate off, and the node, which knows, writes neither.
+	testenv.RequireKubernetes(t, 36, "pod-level resources in the pod's status (status.resources, status.allocatedResources)")
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	withAllocatable(t, c, node)
