@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
@@ -18,6 +19,7 @@ import (
 // the metadata.generation of the pod it runs, following a spec change (here a
 // toleration) once the provider has it.
 func TestTheStatusObservesThePodsGeneration(t *testing.T) {
+	testenv.RequireAPIFeature(t, apifeatures.PodObservedGeneration)
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	ns := testenv.Namespace(t)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/pod"
 	"github.com/vkubelet/vkubelet/provider"
@@ -26,6 +27,7 @@ import (
 // A pod resized in place through the resize subresource: the provider gets the
 // new resources, and the container's status says they are in effect.
 func TestAResizedPodShowsTheResourcesItRunsWith(t *testing.T) {
+	testenv.RequireAPIFeature(t, apifeatures.InPlaceResize)
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	withAllocatable(t, c, node)
@@ -52,6 +54,8 @@ func TestAResizedPodShowsTheResourcesItRunsWith(t *testing.T) {
 // its resources, and still gets its other changes with them; the resize is not
 // asked again, and once the spec goes back to what runs, nothing is pending.
 func TestAResizeTheProviderRefusesIsInfeasible(t *testing.T) {
+	testenv.RequireAPIFeature(t, apifeatures.InPlaceResize)
+	testenv.RequireAPIFeature(t, apifeatures.PodObservedGeneration) // the condition's observedGeneration
 	m := newMock(t, "")
 	prov := &refusesResize{Provider: m}
 	c, node := startController(t, prov)
@@ -187,6 +191,7 @@ func waitResources(t *testing.T, c kubernetes.Interface, ns, name, cpu string, o
 // statuses, so the API server refuses to resize their running pods, with its
 // own words, as for a kubelet without the feature.
 func TestAPodOfAProviderThatCannotResizeIsNotResized(t *testing.T) {
+	testenv.RequireAPIFeature(t, apifeatures.InPlaceResize)
 	prov := newMock(t, "")
 	c, node := startController(t, plainProvider{prov})
 	withAllocatable(t, c, node)
@@ -211,7 +216,7 @@ func TestAPodOfAProviderThatCannotResizeIsNotResized(t *testing.T) {
 func TestPodLevelResourcesAreReportedAndResized(t *testing.T) {
 	// v1.34's API server has neither field (unknown field); v1.35's drops both
 	// with its alpha gate off, and the node, which knows, writes neither.
-	testenv.RequireKubernetes(t, 36, "pod-level resources in the pod's status (status.resources, status.allocatedResources)")
+	testenv.RequireAPIFeature(t, apifeatures.PodLevelResourcesStatus)
 	prov := newMock(t, "")
 	c, node := startController(t, prov)
 	withAllocatable(t, c, node)

@@ -72,6 +72,17 @@ var features = []struct {
 		"the node's status.declaredFeatures is not written: the provider's declared features are not advertised"},
 }
 
+// FirstRelease returns the minor of the first release on which the node uses
+// f (where its gate is on by default), or 0 for a feature it does not know.
+func FirstRelease(f Feature) int {
+	for _, ft := range features {
+		if ft.feature == f {
+			return ft.minor
+		}
+	}
+	return 0
+}
+
 // requiredGroups and requiredCore are the APIs the node cannot do without.
 // Every release from Floor on serves them unless its operator turned them off
 // (--runtime-config).

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 )
 
@@ -51,6 +52,18 @@ func recordSkip(t testing.TB, why error) {
 // InCI reports whether the tests run in CI (CI=true, as .ci/run and the CI
 // services set it).
 func InCI() bool { return os.Getenv("CI") == "true" }
+
+// RequireAPIFeature skips a test of feature f on a release before the first
+// the node uses it on (apifeatures.FirstRelease): RequireKubernetes for a
+// feature of the node's start-up rule.
+func RequireAPIFeature(t testing.TB, f apifeatures.Feature) {
+	t.Helper()
+	minor := apifeatures.FirstRelease(f)
+	if minor == 0 {
+		t.Fatalf("apifeatures knows no feature %s", f)
+	}
+	RequireKubernetes(t, minor, string(f))
+}
 
 // RequireKubernetes skips a test whose subject the control planes' Kubernetes
 // release lacks (see controlplane.SelectedKubernetesVersion): what names it,
