@@ -61,8 +61,10 @@ type Manifest struct {
 	Node           string `json:"node"`
 	ServiceAccount string `json:"serviceAccount"`
 	// Omitted names the parts of the rich pod this release refused: the pod
-	// was recorded without them.
+	// was recorded without them. Dropped names those it accepted but did not
+	// keep (fields behind a feature gate that is off).
 	Omitted   []string   `json:"omitted,omitempty"`
+	Dropped   []string   `json:"dropped,omitempty"`
 	Exchanges []Exchange `json:"exchanges"`
 }
 

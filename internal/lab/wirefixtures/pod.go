@@ -25,26 +25,34 @@ const (
 	serviceAccount = "default"
 )
 
-// optional is a part of the rich pod that a release may refuse (a field behind
-// a feature gate it has not yet turned on): the pod is recorded without it
-// then, and the manifest says so.
+// optional is a part of the rich pod that a release may refuse or drop (a
+// field behind a feature gate it has not turned on): the pod is recorded
+// without it then, and the manifest says so.
 type optional struct {
 	name string
 	// in is what the API server's validation error names when it refuses it.
 	in   string
 	drop func(*corev1.Pod)
+	// kept reports whether the pod the API server stored has it.
+	kept func(*corev1.Pod) bool
 }
 
 var optionals = []optional{
-	{name: "sidecar init container (restartPolicy Always)", in: "restartPolicy", drop: func(p *corev1.Pod) {
-		p.Spec.InitContainers = p.Spec.InitContainers[:1]
-	}},
-	{name: "pod-level resources", in: "spec.resources", drop: func(p *corev1.Pod) { p.Spec.Resources = nil }},
-	{name: "container resize policy", in: "resizePolicy", drop: func(p *corev1.Pod) {
-		for i := range p.Spec.Containers {
-			p.Spec.Containers[i].ResizePolicy = nil
-		}
-	}},
+	{name: "sidecar init container (restartPolicy Always)", in: "restartPolicy",
+		drop: func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.InitContainers[:1] },
+		kept: func(p *corev1.Pod) bool {
+			return len(p.Spec.InitContainers) > 1 && p.Spec.InitContainers[1].RestartPolicy != nil
+		}},
+	{name: "pod-level resources", in: "spec.resources",
+		drop: func(p *corev1.Pod) { p.Spec.Resources = nil },
+		kept: func(p *corev1.Pod) bool { return p.Spec.Resources != nil }},
+	{name: "container resize policy", in: "resizePolicy",
+		drop: func(p *corev1.Pod) {
+			for i := range p.Spec.Containers {
+				p.Spec.Containers[i].ResizePolicy = nil
+			}
+		},
+		kept: func(p *corev1.Pod) bool { return len(p.Spec.Containers[0].ResizePolicy) > 0 }},
 }
 
 // refused returns the parts of among that a validation error names.

@@ -410,12 +410,22 @@ func (r *recorder) setUp(ctx context.Context) error {
 	return err
 }
 
-// createPod creates the rich pod, without the parts the release refuses.
+// createPod creates the rich pod, without the parts the release refuses,
+// and notes those it refused or dropped.
 func (r *recorder) createPod(ctx context.Context) error {
 	p := richPod(string(uuid.NewUUID()))
 	left := optionals
 	for {
-		_, err := r.client.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+		created, err := r.client.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err == nil {
+			for _, o := range left {
+				if !o.kept(created) {
+					fmt.Fprintf(r.log, "wirefixtures: %s dropped the pod's %s\n", r.m.KubernetesVersion, o.name)
+					r.m.Dropped = append(r.m.Dropped, o.name)
+				}
+			}
+			return nil
+		}
 		if !apierrors.IsInvalid(err) {
 			return err
 		}
