@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vkubelet/vkubelet/internal/apifeatures"
@@ -47,23 +49,29 @@ func apiFeatures(ctx context.Context, host string, d apifeatures.Discovery, log 
 }
 
 // detectFeatures is apifeatures.Detect, tried again while it fails for a
-// reason that may pass, first after delay, backing off to once every 30 s.
+// reason that may pass, first after delay, backing off (with jitter) to once
+// every 30 s, until ctx ends.
 func detectFeatures(ctx context.Context, d apifeatures.Discovery, log *slog.Logger, delay time.Duration) (*apifeatures.Set, error) {
-	for {
-		s, err := apifeatures.Detect(ctx, d)
-		if err == nil || errors.Is(err, apifeatures.ErrUnsupported) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-			return s, err
+	var (
+		s       *apifeatures.Set
+		lastErr error
+	)
+	backoff := wait.Backoff{Duration: delay, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		s, lastErr = apifeatures.Detect(ctx, d)
+		if lastErr == nil || errors.Is(lastErr, apifeatures.ErrUnsupported) || apierrors.IsUnauthorized(lastErr) ||
+			apierrors.IsForbidden(lastErr) || apierrors.IsNotFound(lastErr) {
+			return true, lastErr
 		}
-		log.Warn("reading the API server's release and APIs; trying again", "error", err, "in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		delay = min(2*delay, 30*time.Second)
+		log.Warn("reading the API server's release and APIs; trying again", "error", lastErr)
+		return false, nil
+	})
+	if err != nil && lastErr != nil {
+		// Out of time: the reason the server could not be read says more than
+		// the context's.
+		return nil, lastErr
 	}
+	return s, err
 }
 
 // logFeatures says, once at start, which of the features the node writes to
