@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // The files of a release's directory, each the body of one answer of its API
@@ -145,6 +146,9 @@ func Load(dir string) ([]Release, error) {
 	}
 	var out []Release
 	for _, p := range paths {
+		if strings.HasPrefix(filepath.Base(filepath.Dir(p)), ".") {
+			continue // a recording under way (Record)
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return nil, err
