@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -42,5 +44,37 @@ func TestServiceAccountAdmissionStaysOnOnlyWhenAsked(t *testing.T) {
 		if got := strings.Join(disabledAdmission(tc.cfg), ","); got != tc.want {
 			t.Errorf("%+v: disabled plugins %s, want %s", tc.cfg, got, tc.want)
 		}
+	}
+}
+
+// Built says yes only for the cache entry the release's build module makes.
+func TestBuiltLooksForTheReleasesOwnCacheEntry(t *testing.T) {
+	t.Setenv("VKUBELET_CACHE", t.TempDir())
+	c, err := kubernetesRelease(KubernetesVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, _ := CacheDir()
+	stale := filepath.Join(cache, "bin", "kubernetes-"+KubernetesVersion+"-000000000000")
+	for _, dir := range []string{stale, filepath.Join(cache, "bin", key)} {
+		if built, err := Built(KubernetesVersion); err != nil || built {
+			t.Fatalf("Built before %s has its stamp = %v, %v; want false", dir, built, err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if built, err := Built(KubernetesVersion); err != nil || !built {
+		t.Fatalf("Built = %v, %v; want true", built, err)
+	}
+	if _, err := Built("v1.29.0"); err == nil {
+		t.Error("Built of a release without a build module: no error")
 	}
 }

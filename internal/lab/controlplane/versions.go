@@ -1,9 +1,11 @@
 package controlplane
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -110,4 +112,26 @@ func releaseLess(a, b string) bool {
 		}
 	}
 	return len(pa) < len(pb)
+}
+
+// Built reports whether release version's control plane is in the cache as
+// its build module now builds it, so that starting it builds nothing.
+func Built(version string) (bool, error) {
+	c, err := kubernetesRelease(version)
+	if err != nil {
+		return false, err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return false, err
+	}
+	key, err := c.key()
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Stat(filepath.Join(cache, "bin", key, ".complete"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
 }

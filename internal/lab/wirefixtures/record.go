@@ -52,17 +52,9 @@ const watchTimeout = 30
 const initialEventsEnd = metav1.InitialEventsAnnotationKey
 
 // Built reports whether the lab's cache holds the binaries of release version
-// (a `.complete` stamp), so that Record starts its control plane without
-// building it, which takes minutes. A stamp of a build from an older build
-// module counts too: Record would then build.
-func Built(version string) (bool, error) {
-	cache, err := controlplane.CacheDir()
-	if err != nil {
-		return false, err
-	}
-	stamps, err := filepath.Glob(filepath.Join(cache, "bin", "kubernetes-"+version+"-*", ".complete"))
-	return len(stamps) > 0, err
-}
+// as its build module builds them (controlplane.Built), so that Record starts
+// its control plane without building it, which takes minutes.
+func Built(version string) (bool, error) { return controlplane.Built(version) }
 
 // Record starts a control plane of release version (etcd and kube-apiserver),
 // records its answers and writes them to dir/<version>, replacing what was

@@ -74,9 +74,10 @@ func TestAPodReadEncodedIsCachedAsWhenDecoded(t *testing.T) {
 		gotCached := fromRaw(got)
 		gotCompared, wantCompared := *gotCached, *wantCached
 		if !statusEncodedAsClientGo(t) {
-			// Before v1.33 a pod's status has no observedGeneration (field
-			// 17), which client-go encodes even when zero: the status's bytes,
-			// so its fingerprint and the packed pod, differ by those two bytes.
+			// Before v1.33 a pod's status and its conditions have no
+			// observedGeneration (fields 17 and 7), which client-go encodes
+			// even when zero: the status's bytes, so its fingerprint and the
+			// packed pod, differ by those zero fields.
 			// That matters nowhere: the node compares a status's fingerprint
 			// only with another of the API server's bytes (its status write's
 			// answer, the watch). The unpacked pod is compared below.
