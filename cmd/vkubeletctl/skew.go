@@ -21,6 +21,7 @@ func newSkewCommand() *cobra.Command {
 		benchPods int
 		dir       string
 		timeout   time.Duration
+		from      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "skew",
@@ -43,6 +44,9 @@ results as JSON go to --dir. skew exits with status 1 if any test failed.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(from) > 0 {
+				return printSkewResults(cmd, from)
+			}
 			repo, err := os.Getwd()
 			if err != nil {
 				return err
@@ -101,5 +105,24 @@ results as JSON go to --dir. skew exits with status 1 if any test failed.`,
 	f.IntVar(&benchPods, "bench-pods", 1000, "pods of each release's `bench` smoke run; 0: no benchmark")
 	f.StringVar(&dir, "dir", "", "where the logs, results.json and matrix.md go (default bin/skew/<time>)")
 	f.DurationVar(&timeout, "test-timeout", 30*time.Minute, "go test -timeout of each package, per release")
+	f.StringSliceVar(&from, "from", nil, "run nothing: print one matrix of these earlier runs' results.json files (releases in the order given)")
 	return cmd
+}
+
+// printSkewResults prints the matrix of earlier runs' results, one file each.
+func printSkewResults(cmd *cobra.Command, files []string) error {
+	var releases []skew.Release
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var rs []skew.Release
+		if err := json.Unmarshal(b, &rs); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		releases = append(releases, rs...)
+	}
+	skew.WriteMatrix(cmd.OutOrStdout(), skew.DefaultSuites, releases)
+	return nil
 }

@@ -6,47 +6,67 @@ import (
 	"strings"
 )
 
-// WriteMatrix writes the outcomes as Markdown: a summary row per release, then
-// per release a row per suite and every failure and not-applicable test with
-// its reason.
+// WriteMatrix writes the outcomes as Markdown: a summary row per release; a
+// row per suite with a column per release (passed, and any failed or not
+// applicable); then every failure and not-applicable test with its reason.
 func WriteMatrix(w io.Writer, suites []Suite, releases []Release) {
 	fmt.Fprintln(w, "| Kubernetes | passed | failed | not applicable | bench (pods/s; ceiling; p50, p99) | minutes |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- | ---: |")
+	var tested []Release
 	for _, r := range releases {
 		if r.Error != "" {
 			fmt.Fprintf(w, "| %s | – | – | – | not built: %s | – |\n", r.Version, oneLine(r.Error))
 			continue
 		}
+		tested = append(tested, r)
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %.0f |\n", r.Version,
 			r.Count(Passed), r.Count(Failed), r.Count(NotApplicable), benchCell(r.Bench), r.Seconds/60)
 	}
-	for _, r := range releases {
-		if r.Error != "" {
-			continue
-		}
-		fmt.Fprintf(w, "\n#### %s\n\n", r.Version)
-		fmt.Fprintln(w, "| what | package | passed | failed | n/a |")
-		fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: |")
-		for _, s := range suites {
+	if len(tested) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nTests passed, by package (+ failed, + not applicable):\n\n")
+	fmt.Fprint(w, "| what | package |")
+	for _, r := range tested {
+		fmt.Fprintf(w, " %s |", r.Version)
+	}
+	fmt.Fprint(w, "\n| --- | --- |")
+	for range tested {
+		fmt.Fprint(w, " ---: |")
+	}
+	fmt.Fprintln(w)
+	for _, s := range suites {
+		fmt.Fprintf(w, "| %s | `%s` |", s.Area, strings.TrimPrefix(s.Package, "./"))
+		for _, r := range tested {
 			in := Release{Tests: r.testsOf(s.Package)}
-			fmt.Fprintf(w, "| %s | `%s` | %d | %d | %d |\n", s.Area, strings.TrimPrefix(s.Package, "./"),
-				in.Count(Passed), in.Count(Failed), in.Count(NotApplicable))
+			cell := fmt.Sprint(in.Count(Passed))
+			if n := in.Count(Failed); n > 0 {
+				cell += fmt.Sprintf(" + %d failed", n)
+			}
+			if n := in.Count(NotApplicable); n > 0 {
+				cell += fmt.Sprintf(" + %d n/a", n)
+			}
+			fmt.Fprintf(w, " %s |", cell)
 		}
-		for _, o := range []Outcome{Failed, NotApplicable} {
-			first := true
+		fmt.Fprintln(w)
+	}
+	for _, o := range []Outcome{Failed, NotApplicable} {
+		heading := map[Outcome]string{Failed: "Failed", NotApplicable: "Not applicable"}[o]
+		first := true
+		for _, r := range tested {
 			for _, t := range r.Tests {
 				if t.Outcome != o {
 					continue
 				}
 				if first {
-					fmt.Fprintf(w, "\n%s:\n\n", map[Outcome]string{Failed: "Failed", NotApplicable: "Not applicable"}[o])
+					fmt.Fprintf(w, "\n%s:\n\n", heading)
 					first = false
 				}
 				name := t.Test
 				if name == "" {
 					name = "(the package)"
 				}
-				fmt.Fprintf(w, "- `%s` %s: %s\n", shortPackage(t.Package), name, oneLine(t.Reason))
+				fmt.Fprintf(w, "- %s `%s` %s: %s\n", r.Version, shortPackage(t.Package), name, oneLine(t.Reason))
 			}
 		}
 	}
