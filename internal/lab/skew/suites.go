@@ -26,6 +26,8 @@ var DefaultSuites = []Suite{
 		Run: "TestRestartAfterSIGKILLCreatesEveryPodExactlyOnce|TestRemoveNodeDrainsARunningNodeAndDeletesIt"},
 	{Area: "the chart's install, helm test and uninstall", Package: "./internal/lab/deploy",
 		Run: "TestTheChartRunsVkubeletOnAVkubeletNode|TestTheUninstallHookRemovesTheReleasesNodesAlone"},
+	{Area: "real containers (CRI): kubectl debug's steps (an ephemeral container) and in-place resize through the API", Package: "./providers/cri/e2e",
+		Run: "TestEphemeralContainerThroughTheAPI|TestAPodIsResizedInPlaceThroughTheAPI|TestPodLevelResourcesAreResizedThroughTheAPI"},
 	{Area: "upstream virtual-kubelet's mock through the adapter (upstream e2e's basics)", Package: "./upstream",
 		Run: "TestUpstreamsMockRunsANodeThroughTheAdapter"},
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vkubelet/vkubelet/internal/apifeatures"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
@@ -20,6 +21,7 @@ import (
 // does), the running container gets its new memory limit and CPU quota without
 // a restart, and its status says they are in effect, with nothing pending.
 func TestAPodIsResizedInPlaceThroughTheAPI(t *testing.T) {
+	testenv.RequireAPIFeature(t, apifeatures.InPlaceResize)
 	const node = "cri-e2e-resize"
 	env := startNode(t, node)
 	c := testenv.Client(t)
@@ -69,6 +71,7 @@ func TestAPodIsResizedInPlaceThroughTheAPI(t *testing.T) {
 // resize needs it (as a kubelet restarts it), and the pod's status reports the
 // pod-level resources in effect.
 func TestPodLevelResourcesAreResizedThroughTheAPI(t *testing.T) {
+	testenv.RequireAPIFeature(t, apifeatures.PodLevelResourcesStatus)
 	const node = "cri-e2e-podlevel"
 	env := startNode(t, node)
 	c := testenv.Client(t)
