@@ -48,7 +48,7 @@ if $cri || $slurm; then
 fi
 if $slurm; then
   # The Slurm provider (providers/slurm) and its tests run a private Slurm cluster
-  # (providers/slurm/slurmenv): slurmctld, slurmd and the client commands, munge for
+  # (internal/lab/slurmenv): slurmctld, slurmd and the client commands, munge for
   # their authentication, and podman, which runs the pods' containers inside the jobs.
   { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null; } || need_apt+=(slurm-wlm)
   [ -x /usr/sbin/munged ] || need_apt+=(munge)

@@ -20,12 +20,12 @@ import (
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/previous"
+	"github.com/vkubelet/vkubelet/internal/lab/slurmenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/version"
 	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
-	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 // upgradeStep is one process of a node's install replaced by this version's.

@@ -8,13 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vkubelet/vkubelet/internal/lab/conformance"
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/e2econformance"
 )
 
 func newConformanceCommand() *cobra.Command {
-	cfg := conformance.Config{
-		Selection:    conformance.Selection{Focus: conformance.DefaultFocus, LabelFilter: conformance.DefaultLabelFilter},
+	cfg := e2econformance.Config{
+		Selection:    e2econformance.Selection{Focus: e2econformance.DefaultFocus, LabelFilter: e2econformance.DefaultLabelFilter},
 		Timeout:      time.Hour,
 		NodeLogLevel: "info",
 		Procs:        20,
@@ -37,7 +37,7 @@ suite's output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listImages {
-				for _, img := range conformance.UnavailableImages() {
+				for _, img := range e2econformance.UnavailableImages() {
 					fmt.Fprintf(cmd.OutOrStdout(), "unavailable %s: %s\n", img.Path, img.How)
 				}
 				return nil
@@ -74,7 +74,7 @@ suite's output are in --dir. docs/CONFORMANCE.md says what it covers.`,
 				cfg.Dir = filepath.Join(cache, "conformance")
 			}
 			cfg.Out = cmd.ErrOrStderr()
-			_, err = conformance.Run(cmd.Context(), cfg)
+			_, err = e2econformance.Run(cmd.Context(), cfg)
 			return err
 		},
 	}

@@ -18,12 +18,12 @@ import (
 	"github.com/vkubelet/vkubelet/csrapprover"
 	"github.com/vkubelet/vkubelet/internal/lab/clusternet"
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
+	"github.com/vkubelet/vkubelet/internal/lab/slurmenv"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
-	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 func newUpCommand() *cobra.Command {

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // upProcess is a running `vkubeletctl up` and a client of its cluster.

@@ -21,10 +21,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // env is the package's containerd and registry; nil under -short.

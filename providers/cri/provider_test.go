@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/provider"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // A busybox pod on a CNI network runs, is Ready, and serves its logs, exec and a

@@ -18,18 +18,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
+	"github.com/vkubelet/vkubelet/internal/lab/slurmenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/provider"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/kube"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/remote"
 	"github.com/vkubelet/vkubelet/providers/remote/conformance"
 	"github.com/vkubelet/vkubelet/providers/slurm"
-	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 // serve serves p on a unix socket until the test ends and returns the endpoint.

@@ -9,9 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // `kubectl debug` on a node whose provider is at the other end of the protocol:

@@ -15,9 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/provider"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // podmanAvailable says why podman cannot run the tests' containers here, or

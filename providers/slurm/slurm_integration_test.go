@@ -20,13 +20,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
+	"github.com/vkubelet/vkubelet/internal/lab/slurmenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/mock"
 	"github.com/vkubelet/vkubelet/providers/slurm"
-	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 func TestMain(m *testing.M) {

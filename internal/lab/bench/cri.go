@@ -20,8 +20,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // CRIResult holds the figures of `vkubeletctl bench --provider cri`: the same pods

@@ -14,10 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
+	"github.com/vkubelet/vkubelet/internal/lab/slurmenv"
 	"github.com/vkubelet/vkubelet/provider"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/slurm"
-	"github.com/vkubelet/vkubelet/providers/slurm/slurmenv"
 )
 
 // SlurmResult holds the figures of `vkubeletctl bench --provider slurm`: the same

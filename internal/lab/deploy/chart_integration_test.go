@@ -33,10 +33,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/image"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 func TestMain(m *testing.M) {

@@ -25,9 +25,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // The README's quick start and the first commands of docs/DEPLOYING.md, typed

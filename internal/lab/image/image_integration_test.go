@@ -19,8 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // Two builds of one source give one digest and byte-identical archives; the

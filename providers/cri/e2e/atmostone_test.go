@@ -19,10 +19,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/pod"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // A StatefulSet's pod deleted while its runtime cannot stop it (its

@@ -18,10 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 func TestMain(m *testing.M) {

@@ -19,11 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/vkubelet/vkubelet/internal/lab/clusternet"
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/netns"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/nodetest"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // startNetworkedNode starts a CRI node as `vkubeletctl up --provider cri` does: its

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/providers/cri"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/mock"
 )
 

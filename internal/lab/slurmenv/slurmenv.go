@@ -29,8 +29,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/spawn"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
 	"github.com/vkubelet/vkubelet/providers/slurm"
 )

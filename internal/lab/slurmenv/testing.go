@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 	"github.com/vkubelet/vkubelet/providers/slurm"
 )
 

@@ -1,4 +1,4 @@
-package conformance
+package e2econformance
 
 import (
 	"context"

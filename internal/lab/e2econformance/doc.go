@@ -1,4 +1,4 @@
-// Package conformance runs Kubernetes' own end-to-end tests (e2e.test, built from
+// Package e2econformance runs Kubernetes' own end-to-end tests (e2e.test, built from
 // the control plane's Kubernetes version by internal/lab/controlplane) against a
 // vkubelet CRI node on this machine: it starts `vkubeletctl up --provider cri` as
 // a child process, makes the tests' images here and pushes them to the cluster's
@@ -10,4 +10,4 @@
 //
 // It is `vkubeletctl conformance` and `make conformance` (docs/CONFORMANCE.md);
 // it is not part of `make test`, and the node's binary never links it.
-package conformance
+package e2econformance

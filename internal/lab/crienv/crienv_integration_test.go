@@ -13,8 +13,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/providers/cri/crienv"
 )
 
 // Stop leaves no process of its containerd behind, the shims and what runs
