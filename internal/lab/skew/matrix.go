@@ -10,17 +10,17 @@ import (
 // row per suite with a column per release (passed, and any failed or not
 // applicable); then every failure and not-applicable test with its reason.
 func WriteMatrix(w io.Writer, suites []Suite, releases []Release) {
-	fmt.Fprintln(w, "| Kubernetes | passed | failed | not applicable | bench (pods/s; ceiling; p50, p99) | minutes |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- | ---: |")
+	fmt.Fprintln(w, "| Kubernetes | passed | failed | not applicable | bench (pods/s; ceiling; p50, p99) | minutes | commit |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- | ---: | --- |")
 	var tested []Release
 	for _, r := range releases {
 		if r.Error != "" {
-			fmt.Fprintf(w, "| %s | – | – | – | not built: %s | – |\n", r.Version, oneLine(r.Error))
+			fmt.Fprintf(w, "| %s | – | – | – | not built: %s | – | %s |\n", r.Version, oneLine(r.Error), r.Commit)
 			continue
 		}
 		tested = append(tested, r)
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %.0f |\n", r.Version,
-			r.Count(Passed), r.Count(Failed), r.Count(NotApplicable), benchCell(r.Bench), r.Seconds/60)
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %.0f | %s |\n", r.Version,
+			r.Count(Passed), r.Count(Failed), r.Count(NotApplicable), benchCell(r.Bench), r.Seconds/60, r.Commit)
 	}
 	if len(tested) == 0 {
 		return

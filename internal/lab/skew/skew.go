@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
@@ -37,8 +38,11 @@ type Config struct {
 
 // Release is the outcome for one Kubernetes release.
 type Release struct {
-	Version string       `json:"version"`
-	Tests   []TestResult `json:"tests"`
+	Version string `json:"version"`
+	// Commit is the repository's commit the tests ran at (git describe
+	// --always --dirty).
+	Commit string       `json:"commit,omitempty"`
+	Tests  []TestResult `json:"tests"`
 	// Error says why the release could not be tested at all (it did not build).
 	Error string `json:"error,omitempty"`
 	// Bench is `vkubeletctl bench --json`'s figures, if run.
@@ -89,6 +93,7 @@ func Run(ctx context.Context, cfg Config) ([]Release, error) {
 			continue
 		}
 		start := time.Now()
+		r.Commit = commitOf(ctx, cfg.Repo)
 		tests, err := runTests(ctx, cfg, v)
 		if err != nil {
 			return out, err
@@ -189,4 +194,16 @@ func runBench(ctx context.Context, cfg Config, v string) *Bench {
 	fmt.Fprintf(cfg.Out, "skew: %s bench --pods %d: %.0f pods/s (ceiling %.0f), p50 %.0f ms, p99 %.0f ms\n",
 		v, b.Pods, b.PodsPerS, b.CeilingPodsPerS, b.P50ms, b.P99ms)
 	return b
+}
+
+// commitOf names the commit the repository at dir is checked out at, with
+// -dirty if it has changes; empty if git cannot tell.
+func commitOf(ctx context.Context, dir string) string {
+	cmd := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty", "--abbrev=7")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
