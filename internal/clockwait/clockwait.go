@@ -41,24 +41,27 @@ func (m manager) Backoff() clock.Timer { return m.clk.NewTimer(m.delay()) }
 // returns true or an error, or ctx ends: b.DelayFunc().Until(ctx, true, true,
 // condition) on clk. Once b's Steps are spent or its Cap is reached, the waits go
 // on at the last delay (jittered), where wait.ExponentialBackoffWithContext would
-// give up; a wait.Backoff of Duration alone polls every Duration. Until returns
-// condition's error, or ctx's if ctx ended first (condition is not called when
-// ctx has ended already).
+// give up; a wait.Backoff of Duration alone polls every Duration. As in wait's
+// loops, the first call is made even if ctx has ended. Until returns condition's
+// error, or ctx's if ctx ended first.
 func Until(ctx context.Context, clk clock.Clock, b wait.Backoff, condition wait.ConditionWithContextFunc) error {
-	var (
-		stopped bool
-		err     error
-	)
+	ok, err := condition(ctx)
+	if ok || err != nil {
+		return err
+	}
 	loop, stop := context.WithCancel(ctx)
 	defer stop()
+	first := true
 	wait.BackoffUntilWithContext(loop, func(ctx context.Context) {
-		var ok bool
+		if first { // made above, before BackoffUntilWithContext's first wait
+			first = false
+			return
+		}
 		if ok, err = condition(ctx); ok || err != nil {
-			stopped = true
 			stop()
 		}
 	}, Backoff(clk, b.DelayFunc()), true)
-	if stopped {
+	if ok || err != nil {
 		return err
 	}
 	return ctx.Err()

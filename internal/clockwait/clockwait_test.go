@@ -89,3 +89,18 @@ func TestUntilStopsWithTheContext(t *testing.T) {
 		}
 	})
 }
+
+// The first call is made even if the context has ended, as in wait's loops.
+func TestUntilCallsOnceWhenTheContextHasEnded(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	err := Until(ctx, clk, wait.Backoff{Duration: time.Second}, func(context.Context) (bool, error) {
+		calls++
+		return false, nil
+	})
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Errorf("Until = %v after %d calls, want context.Canceled after 1", err, calls)
+	}
+}
