@@ -11,7 +11,7 @@
 // calls wait directly.
 //
 // The pod controller's first listing of the provider's pods, the fleet's restarts
-// of failed nodes and node removal use it.
+// of failed nodes and renewals of its membership Lease, and node removal use it.
 package clockwait
 
 import (
