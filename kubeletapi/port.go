@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Port serves the kubelet API of one or more nodes with one HTTP server: one
@@ -157,6 +160,30 @@ func (p *Port) stopped() bool {
 	}
 }
 
+// acceptBackoff paces Accept after a failure that may pass (out of file
+// descriptors, say), as net/http's Server does: from 5ms, doubling, up to 1s.
+var acceptBackoff = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 2, Cap: time.Second, Steps: math.MaxInt32}
+
+// accept returns l's next connection, trying again with back-off (acceptBackoff,
+// from its start at each connection) while Accept fails other than for good: l
+// closed, ctx ended or the port stopped (then the caller tells which).
+func (p *Port) accept(ctx context.Context, s *Server, l net.Listener) (net.Conn, error) {
+	var c net.Conn
+	err := acceptBackoff.DelayFunc().Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		var err error
+		c, err = l.Accept()
+		switch {
+		case err == nil:
+			return true, nil
+		case ctx.Err() != nil || p.stopped() || errors.Is(err, net.ErrClosed):
+			return false, err
+		}
+		s.log.Warn("accepting a connection failed; retrying", "error", err)
+		return false, nil
+	})
+	return c, err
+}
+
 // Serve accepts s's connections on l and has the port serve them, presenting
 // cert's certificate, until ctx ends; then it closes l and s's connections,
 // streams included. s's limits on connections (MaxConnsPerClient, MaxConns)
@@ -177,31 +204,17 @@ func (p *Port) Serve(ctx context.Context, s *Server, l net.Listener, cert func(*
 	defer p.untrack(l)
 	defer ep.closeAll()
 	s.log.Info("serving the kubelet API", "addr", l.Addr().String())
-	var backoff time.Duration
 	for {
-		c, err := limited.Accept()
+		c, err := p.accept(ctx, s, limited)
 		if err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil
-			}
-			if p.stopped() {
+			case p.stopped():
 				return errors.New("kubelet API: the port serving the node stopped")
 			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("kubelet API socket closed: %w", err)
-			}
-			// Out of file descriptors and the like: wait and retry, as
-			// net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn("accepting a connection", "error", err, "retry in", backoff)
-			select {
-			case <-time.After(backoff):
-				continue
-			case <-ctx.Done():
-				return nil
-			}
+			return fmt.Errorf("kubelet API socket closed: %w", err)
 		}
-		backoff = 0
 		nc := ep.add(c)
 		select {
 		case p.conns <- nc:

@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +33,16 @@ type portNode struct {
 
 func serveOnPort(t *testing.T, p *Port, name string, pods ...string) portNode {
 	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOnListener(t, p, l, name, pods...)
+}
+
+// serveOnListener is serveOnPort on l.
+func serveOnListener(t *testing.T, p *Port, l net.Listener, name string, pods ...string) portNode {
+	t.Helper()
 	auth := &fixedAuth{}
 	var lister podLister
 	for _, pod := range pods {
@@ -42,10 +55,6 @@ func serveOnPort(t *testing.T, p *Port, name string, pods ...string) portNode {
 	}
 	cert, err := servingcert.Source(context.Background(), servingcert.Config{SelfSigned: true, NodeName: name, DNSNames: []string{name},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +146,46 @@ func TestAPortServesEachNodeOnItsOwnSocket(t *testing.T) {
 		t.Error("node-a's Serve went on after its port stopped")
 	}
 	before.Check(t, 5*time.Second)
+}
+
+// failingListener fails its first failures Accepts as a process out of file
+// descriptors does.
+type failingListener struct {
+	net.Listener
+	failures atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.failures.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// An Accept that fails for a while (out of file descriptors) is tried again
+// after a back-off; the node goes on serving.
+func TestAFailedAcceptIsTriedAgain(t *testing.T) {
+	p := NewPort(PortConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &failingListener{Listener: inner}
+	l.failures.Store(3)
+	n := serveOnListener(t, p, l, "node-a", "web-1")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer client.CloseIdleConnections()
+	if pods, _ := podsAt(t, client, n.addr); fmt.Sprint(pods) != "[web-1]" {
+		t.Errorf("/pods after three failed Accepts: %v", pods)
+	}
+	if left := l.failures.Load(); left >= 0 {
+		t.Errorf("%d failures left: Accept was not tried again", left+1)
+	}
+	n.stop()
+	if err := <-n.done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
 }

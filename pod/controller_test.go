@@ -30,6 +30,9 @@ type fakeProvider struct {
 	pods     map[string]*corev1.Pod
 	calls    []string
 	failNext map[string]error // method -> error returned once
+	// getPodsFailures is how many GetPods calls fail before they succeed;
+	// getPodsCalls counts the calls.
+	getPodsFailures, getPodsCalls int
 }
 
 func newFakeProvider() *fakeProvider {
@@ -106,6 +109,11 @@ func (f *fakeProvider) GetPodStatus(ctx context.Context, ns, name string) (*core
 func (f *fakeProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.getPodsCalls++
+	if f.getPodsFailures > 0 {
+		f.getPodsFailures--
+		return nil, errdefs.Unavailable("the provider is away")
+	}
 	var out []*corev1.Pod
 	for _, p := range f.pods {
 		out = append(out, p.DeepCopy())

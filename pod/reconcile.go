@@ -3,34 +3,39 @@ package pod
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vkubelet/vkubelet/internal/clockwait"
 	"github.com/vkubelet/vkubelet/internal/wire/podwire"
 )
 
+// listBackoff paces the retries of reconcileProvider's listing of the provider's
+// pods: from 500ms, doubling, up to 30s; each wait is up to 20% longer at random,
+// so that the nodes of one provider that is away do not all ask it again at once.
+var listBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+
 // reconcileProvider runs once before the workers start: it learns which pods the
 // provider already runs (after a restart of this process) and queues the deletion
-// of those the API no longer has.
+// of those the API no longer has. It lists them until the provider answers or ctx
+// ends, with back-off (listBackoff) on the controller's clock.
 func (c *Controller) reconcileProvider(ctx context.Context) error {
 	var pods []*corev1.Pod
-	backoff := 500 * time.Millisecond
-	for {
+	err := clockwait.Until(ctx, c.clock, listBackoff, func(ctx context.Context) (bool, error) {
 		done := c.metrics.observeProviderCall("GetPods")
 		var err error
 		pods, err = c.provider.GetPods(ctx)
 		done(err)
-		if err == nil {
-			break
+		if err != nil {
+			c.log.Warn("cannot list the provider's pods; retrying", "error", err)
 		}
-		c.log.Warn("cannot list the provider's pods; retrying", "error", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pod controller: listing provider pods: %w", ctx.Err())
-		case <-c.clock.After(backoff):
-		}
-		backoff = min(2*backoff, 30*time.Second)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod controller: listing provider pods: %w", err)
 	}
 	orphans := 0
 	for _, pp := range pods {

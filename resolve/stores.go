@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -212,18 +213,12 @@ func (c *Caches) newInformer(k storeKey) cache.SharedIndexInformer {
 	}
 }
 
+// waitSynced waits until synced says so, looking every 10ms, or until ctx ends.
 func waitSynced(ctx context.Context, synced func() bool) error {
 	if synced() {
-		return nil
+		return nil // the usual case, without the poll's ticker
 	}
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !synced() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
+	return wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		return synced(), nil
+	})
 }

@@ -69,26 +69,28 @@ func (r *retryingListWatch) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(r.plain)
 }
 
+// retryUnavailable calls call until it succeeds, fails other than Unavailable, or
+// ctx ends (then it returns the last failure), waiting unavailableBackoff's steps
+// in between, or the Retry-After the server asked for if it is longer.
 func retryUnavailable[T any](ctx context.Context, call func() (T, error)) (T, error) {
-	backoff := unavailableBackoff
-	for {
-		out, err := call()
-		if err == nil || !Unavailable(err) {
-			return out, err
-		}
-		delay := backoff.Step()
+	var (
+		out T
+		err error
+	)
+	next := unavailableBackoff.DelayFunc()
+	delay := func() time.Duration {
+		d := next()
 		// A server that says when to come back (Retry-After) is not asked sooner.
-		if s, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(s)*time.Second > delay {
-			delay = wait.Jitter(time.Duration(s)*time.Second, unavailableBackoff.Jitter)
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(s)*time.Second > d {
+			d = wait.Jitter(time.Duration(s)*time.Second, unavailableBackoff.Jitter)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return out, err
-		case <-t.C:
-		}
+		return d
 	}
+	_ = wait.DelayFunc(delay).Until(ctx, true, true, func(context.Context) (bool, error) {
+		out, err = call()
+		return err == nil || !Unavailable(err), nil
+	})
+	return out, err
 }
 
 // Unavailable reports whether err says the API server cannot be reached or cannot

@@ -171,29 +171,20 @@ var recreateBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, 
 // recreate creates the target pod of rp again, retrying while the pod is still
 // wanted (not deleted meanwhile).
 func (p *Provider) recreate(key string, rp *provider.ResolvedPod) {
-	backoff := recreateBackoff
-	for {
+	_ = recreateBackoff.DelayFunc().Until(p.ctx, true, true, func(ctx context.Context) (bool, error) {
 		p.mu.Lock()
 		r := p.records[key]
 		wanted := r != nil && r.uid == rp.Pod.UID && !r.deleting
 		p.mu.Unlock()
 		if !wanted {
-			return
+			return true, nil
 		}
-		ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 		err := p.create(ctx, rp)
-		cancel()
-		if err == nil {
-			return
+		if err != nil {
+			p.log.Warn("re-creating target pod failed; retrying", "pod", key, "error", err)
 		}
-		delay := backoff.Step()
-		p.log.Warn("re-creating target pod failed; retrying", "pod", key, "error", err, "in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-p.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
+		return err == nil, nil
+	})
 }

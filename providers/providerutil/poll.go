@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // PollEvery calls poll at once and then every interval, in a goroutine, until ctx
@@ -11,18 +13,10 @@ import (
 // the next tick tries again. Providers whose back end cannot push changes use it
 // to implement NotifyPods.
 func PollEvery(ctx context.Context, interval time.Duration, log *slog.Logger, what string, poll func(context.Context) error) {
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			if err := poll(ctx); err != nil && ctx.Err() == nil {
-				log.Warn(what, "error", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	// Not sliding: a tick every interval however long a poll takes, as a ticker.
+	go wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
+		if err := poll(ctx); err != nil && ctx.Err() == nil {
+			log.Warn(what, "error", err)
 		}
-	}()
+	}, interval)
 }

@@ -296,22 +296,11 @@ var capsBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Ca
 // another version, one that no longer notifies, say, and whether to watch or to
 // poll is the new one's to say.
 func (c *Client) awaitCaps(ctx context.Context) {
-	backoff := capsBackoff
-	for {
-		t := time.NewTimer(backoff.Step())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	_ = capsBackoff.DelayFunc().Until(ctx, false, true, func(ctx context.Context) (bool, error) {
 		cctx, cancel := c.call(ctx)
-		err := c.refreshCaps(cctx)
-		cancel()
-		if err == nil {
-			return
-		}
-	}
+		defer cancel()
+		return c.refreshCaps(cctx) == nil, nil
+	})
 }
 
 // watchPods delivers the pods of one WatchPods stream until it breaks.
@@ -346,14 +335,14 @@ func (c *Client) watchPods(ctx context.Context, notify func(*corev1.Pod)) error 
 	}
 }
 
+// pollPods lists the pods at once and then every PollInterval, and delivers those
+// whose status changed, until a listing fails (its error) or ctx ends.
 func (c *Client) pollPods(ctx context.Context, notify func(*corev1.Pod)) error {
 	last := map[string]string{}
-	tick := time.NewTicker(c.cfg.PollInterval.Duration)
-	defer tick.Stop()
-	for {
+	return wait.PollUntilContextCancel(ctx, c.cfg.PollInterval.Duration, true, func(ctx context.Context) (bool, error) {
 		pods, err := c.GetPods(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, p := range pods {
 			b, _ := json.Marshal(p.Status)
@@ -363,12 +352,8 @@ func (c *Client) pollPods(ctx context.Context, notify func(*corev1.Pod)) error {
 				notify(p)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+		return false, nil
+	})
 }
 
 // Ping checks the provider: its own Ping if it has one, else that it answers.
@@ -388,31 +373,28 @@ func (c *Client) NotifyNodeStatus(ctx context.Context, notify func(*corev1.Node)
 	if !c.caps().GetNodeProvider() {
 		return
 	}
-	go func() {
-		var mu sync.Mutex // one notification at a time, in order
-		for ctx.Err() == nil {
-			stream, err := c.api.WatchNodeStatus(ctx, &pb.WatchNodeStatusRequest{})
-			if err == nil {
-				for {
-					m, rerr := stream.Recv()
-					if rerr != nil {
-						break
-					}
-					n := &corev1.Node{}
-					if decode(c.encoding(), m.GetNode(), n) == nil {
-						mu.Lock()
-						notify(n)
-						mu.Unlock()
-					}
-				}
-			}
-			select {
-			case <-ctx.Done():
+	// A stream that fails or ends is opened again a second later, up to 20%
+	// more at random: the nodes of a provider that restarted do not all come
+	// back at once.
+	var mu sync.Mutex // one notification at a time, in order
+	go wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+		stream, err := c.api.WatchNodeStatus(ctx, &pb.WatchNodeStatusRequest{})
+		if err != nil {
+			return
+		}
+		for {
+			m, err := stream.Recv()
+			if err != nil {
 				return
-			case <-time.After(time.Second):
+			}
+			n := &corev1.Node{}
+			if decode(c.encoding(), m.GetNode(), n) == nil {
+				mu.Lock()
+				notify(n)
+				mu.Unlock()
 			}
 		}
-	}()
+	}, time.Second, 0.2, true)
 }
 
 // ConfigureNode lets the provider fill in the node (capacity, addresses, …).

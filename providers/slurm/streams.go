@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vkubelet/vkubelet/errdefs"
 	"github.com/vkubelet/vkubelet/provider"
@@ -75,15 +76,12 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 	if follow {
 		// The script records the start before podman has made the log file:
 		// a follower waits for it, as it would for the next line.
-		for {
-			if _, err := os.Stat(logFile); !errors.Is(err, os.ErrNotExist) || !running(ctx) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			_, err := os.Stat(logFile)
+			return !errors.Is(err, os.ErrNotExist) || !running(ctx), nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	r, err := crilog.Open(ctx, logFile, opts, follow, running)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vkubelet/vkubelet/internal/lab/spawn"
@@ -115,23 +116,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	}
 	go func() { e.done <- e.cmd.Wait() }()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := e.ping(ctx)
-		if err == nil {
-			return nil
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if last = e.ping(ctx); last == nil {
+			return true, nil
 		}
 		select {
 		case werr := <-e.done:
 			e.cmd = nil
-			return fmt.Errorf("crienv: containerd exited (%v): %s", werr, e.logTail())
+			return false, fmt.Errorf("crienv: containerd exited (%v): %s", werr, e.logTail())
 		default:
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("crienv: containerd not ready after 30s (%v): %s", err, e.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("crienv: containerd not ready within 30s (%v): %w: %s", last, err, e.logTail())
 	}
+	return err
 }
 
 // freeSubnet picks X for a 10.244.X.0/24 pod network that no interface of the host

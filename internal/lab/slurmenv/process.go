@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/vkubelet/vkubelet/internal/lab/spawn"
 )
 
@@ -37,29 +39,29 @@ const tailLines = 40
 // permanentError is a readiness check's way of saying that waiting longer is no use.
 type permanentError struct{ error }
 
-// waitFor polls ready until it returns nil or a permanentError, the daemon exits, or
-// the deadline passes.
+// waitFor polls ready every 100ms until it returns nil or a permanentError, the
+// daemon exits, or startTimeout passes.
 func waitFor(ctx context.Context, d *spawn.Process, what string, ready func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := ready(ctx)
-		if err == nil {
-			return nil
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+		last = ready(ctx)
+		if last == nil {
+			return true, nil
 		}
-		if errors.As(err, new(permanentError)) {
-			return fmt.Errorf("slurmenv: %s: not %s: %w: %s", d.Name, what, err, d.Tail(tailLines))
+		if errors.As(last, new(permanentError)) {
+			return false, fmt.Errorf("slurmenv: %s: not %s: %w: %s", d.Name, what, last, d.Tail(tailLines))
 		}
 		select {
 		case <-d.Done():
-			return fmt.Errorf("slurmenv: %s exited (%v) before %s: %s", d.Name, d.Err(), what, d.Tail(tailLines))
-		case <-ctx.Done():
-			return fmt.Errorf("slurmenv: %s: not %s (%v): %w: %s", d.Name, what, err, ctx.Err(), d.Tail(tailLines))
-		case <-tick.C:
+			return false, fmt.Errorf("slurmenv: %s exited (%v) before %s: %s", d.Name, d.Err(), what, d.Tail(tailLines))
+		default:
+			return false, nil
 		}
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("slurmenv: %s: not %s (%v): %w: %s", d.Name, what, last, err, d.Tail(tailLines))
 	}
+	return err
 }
 
 // killLeftovers kills the job steps' processes: every process whose environment has
@@ -68,20 +70,21 @@ func waitFor(ctx context.Context, d *spawn.Process, what string, ready func(cont
 // leaves it running), and all their descendants, which may have dropped both. Without slurmd and slurmctld, slurmstepd
 // would only wait to report, so there is no point in asking politely.
 func (e *Env) killLeftovers() error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		pids, err := e.leftovers()
-		if err != nil || len(pids) == 0 {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("slurmenv: processes %v survive SIGKILL", pids)
+	var pids []int
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		if pids, err = e.leftovers(); err != nil || len(pids) == 0 {
+			return true, err
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return false, nil
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("slurmenv: processes %v survive SIGKILL", pids)
 	}
+	return err
 }
 
 // leftovers lists the processes killLeftovers ends.

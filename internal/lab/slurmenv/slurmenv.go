@@ -29,6 +29,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/vkubelet/vkubelet/internal/lab/crienv"
 	"github.com/vkubelet/vkubelet/internal/lab/spawn"
 	"github.com/vkubelet/vkubelet/providers/providerutil"
@@ -393,9 +395,9 @@ func (e *Env) cancelJobs() {
 	if _, err := e.run(ctx, "scancel", ids...); err != nil {
 		return
 	}
-	for len(active()) > 0 && ctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return len(active()) == 0, nil
+	})
 }
 
 // ProviderConfig is a configuration of the Slurm provider for this cluster: pods'

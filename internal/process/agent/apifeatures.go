@@ -50,14 +50,15 @@ func apiFeatures(ctx context.Context, host string, d apifeatures.Discovery, log 
 
 // detectFeatures is apifeatures.Detect, tried again while it fails for a
 // reason that may pass, first after delay, backing off (with jitter) to once
-// every 30 s, until ctx ends.
+// every 30 s, until ctx ends. (wait.ExponentialBackoffWithContext would give up
+// once the cap is reached; a DelayFunc goes on at the cap.)
 func detectFeatures(ctx context.Context, d apifeatures.Discovery, log *slog.Logger, delay time.Duration) (*apifeatures.Set, error) {
 	var (
 		s       *apifeatures.Set
 		lastErr error
 	)
 	backoff := wait.Backoff{Duration: delay, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+	err := backoff.DelayFunc().Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		s, lastErr = apifeatures.Detect(ctx, d)
 		if lastErr == nil || errors.Is(lastErr, apifeatures.ErrUnsupported) || apierrors.IsUnauthorized(lastErr) ||
 			apierrors.IsForbidden(lastErr) || apierrors.IsNotFound(lastErr) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -101,4 +102,28 @@ func TestAReadThatMayPassIsTriedAgain(t *testing.T) {
 	if n := strings.Count(out.String(), "trying again"); n != 2 {
 		t.Errorf("%d retries logged, want 2:\n%s", n, out)
 	}
+}
+
+// The reads go on at the back-off's cap of 30 s until one passes: reaching the
+// cap is no reason to give up (synctest's clock runs the waits).
+func TestAReadIsTriedAgainPastTheBackOffsCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := fakeServer("v1.37.1")
+		var reads []time.Time
+		d.PrependReactor("get", "version", func(core.Action) (bool, runtime.Object, error) {
+			reads = append(reads, time.Now())
+			if len(reads) <= 10 {
+				return true, nil, apierrors.NewServiceUnavailable("starting")
+			}
+			return false, nil, nil
+		})
+		log, _ := bufferLogger()
+		s, err := detectFeatures(context.Background(), d, log, time.Second)
+		if err != nil || s.Version != "v1.37.1" {
+			t.Fatalf("detectFeatures = %v, %v; want v1.37.1's features after 10 failed reads", s, err)
+		}
+		if last := reads[len(reads)-1].Sub(reads[len(reads)-2]); last < 30*time.Second || last > 33*time.Second {
+			t.Errorf("the last wait was %s, want the cap of 30s, up to 10%% longer", last)
+		}
+	})
 }

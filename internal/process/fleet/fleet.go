@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/clockwait"
 	"github.com/vkubelet/vkubelet/internal/process/agent"
 	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
 )
@@ -57,7 +59,7 @@ type Config struct {
 	// agent.Node. Tests replace it.
 	Run func(ctx context.Context, cfg agent.Config, ready func()) error
 	// RestartBackoff is the first wait before a failed node starts again, doubled
-	// up to a minute. Default 1s.
+	// up to a minute, each wait up to 20% longer at random. Default 1s.
 	RestartBackoff time.Duration
 	// Clock times the restart back-off; nil is the real clock. Tests pass a fake.
 	Clock clock.Clock
@@ -220,7 +222,8 @@ func (f *Fleet) Apply(ctx context.Context, nodes []nodeconfig.Node) (started, st
 	return started, stopped
 }
 
-// start runs one node until its context ends, starting it again after a failure.
+// start runs one node until its context ends, starting it again after a failure
+// with back-off (restartBackoff) on the fleet's clock.
 func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 	ctx, cancel := context.WithCancel(ctx)
 	m := &member{spec: n, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
@@ -229,38 +232,43 @@ func (f *Fleet) start(ctx context.Context, n nodeconfig.Node) *member {
 		defer f.wg.Done()
 		defer close(m.done)
 		var once sync.Once
-		backoff := wait.Backoff{Duration: f.cfg.RestartBackoff, Factor: 2, Cap: time.Minute, Steps: 1 << 30}
-		for {
-			ready := func() { once.Do(func() { close(m.ready) }) }
-			// Made again at each start rather than kept: the node's agent
-			// keeps its own copy, and a NodeSet's thousand running nodes
-			// would keep a second one each for their restarts.
-			cfg := f.NodeConfig(m.spec)
-			var err error
-			switch {
-			case f.spread != nil:
-				err = f.runSpread(ctx, m, cfg, ready)
-			case f.cfg.LeaderElection != nil:
-				err = f.runHeld(ctx, m, cfg, ready)
-			default:
-				err = f.cfg.Run(ctx, cfg, ready)
+		ready := func() { once.Do(func() { close(m.ready) }) }
+		restarts := clockwait.Backoff(f.cfg.Clock, f.restartBackoff().DelayFunc())
+		wait.BackoffUntilWithContext(ctx, func(ctx context.Context) {
+			err := f.runMember(ctx, m, ready)
+			for errors.Is(err, errHandedOver) && ctx.Err() == nil {
+				err = f.runMember(ctx, m, ready) // standing by again at once
 			}
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() == nil {
+				f.log(m.spec.Name).Error("node stopped; starting it again after a back-off", "error", err)
 			}
-			if errors.Is(err, errHandedOver) {
-				continue // standing by again at once
-			}
-			delay := backoff.Step()
-			f.log(m.spec.Name).Error("node stopped; starting it again", "error", err, "in", delay)
-			select {
-			case <-ctx.Done():
-				return
-			case <-f.cfg.Clock.After(delay):
-			}
-		}
+		}, restarts, true)
 	}()
 	return m
+}
+
+// restartBackoff paces the restarts of a failed node: from RestartBackoff,
+// doubling, up to a minute; each wait is up to 20% longer at random, so that the
+// nodes that failed together (their API server away, say) do not all start again
+// together.
+func (f *Fleet) restartBackoff() wait.Backoff {
+	return wait.Backoff{Duration: f.cfg.RestartBackoff, Factor: 2, Jitter: 0.2, Cap: time.Minute, Steps: math.MaxInt32}
+}
+
+// runMember runs m's node once, until it fails or ctx ends.
+func (f *Fleet) runMember(ctx context.Context, m *member, ready func()) error {
+	// Made again at each start rather than kept: the node's agent keeps its
+	// own copy, and a NodeSet's thousand running nodes would keep a second
+	// one each for their restarts.
+	cfg := f.NodeConfig(m.spec)
+	switch {
+	case f.spread != nil:
+		return f.runSpread(ctx, m, cfg, ready)
+	case f.cfg.LeaderElection != nil:
+		return f.runHeld(ctx, m, cfg, ready)
+	default:
+		return f.cfg.Run(ctx, cfg, ready)
+	}
 }
 
 // NodeConfig is the agent configuration of node n: the base, with the file's

@@ -9,6 +9,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+
+	"github.com/vkubelet/vkubelet/internal/clockwait"
 )
 
 // MembershipLeaseName is the name of the i-th membership Lease of the
@@ -42,17 +44,12 @@ func newMembership(ls *leases, group string, slots int, s *spreader, clk clock.C
 }
 
 // run keeps the membership until ctx ends, then gives the Lease up at once,
-// so that the others count one replica less at their next read.
+// so that the others count one replica less at their next read. It ticks at
+// once, then every retry period, up to 20% longer at random, on m's clock.
 func (m *membership) run(ctx context.Context) {
 	defer m.leave()
-	for {
-		m.tick(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.clock.After(wait.Jitter(m.retry, 0.2)):
-		}
-	}
+	every := wait.Backoff{Duration: m.retry, Jitter: 0.2}
+	wait.BackoffUntilWithContext(ctx, m.tick, clockwait.Backoff(m.clock, every.DelayFunc()), true)
 }
 
 // tick reads every membership Lease, renews or takes this replica's, and

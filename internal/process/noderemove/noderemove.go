@@ -31,9 +31,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/vkubelet/vkubelet/internal/clockwait"
 	"github.com/vkubelet/vkubelet/node"
 )
 
@@ -46,7 +48,8 @@ type Config struct {
 	Client kubernetes.Interface
 	// PollInterval is how often the pods still bound are listed again, refused
 	// evictions asked again and failed requests retried (default 1s, as
-	// kubectl drain polls).
+	// kubectl drain polls), each wait up to 20% longer at random, so that the
+	// nodes removed side by side (RemoveAll) do not all ask at once.
 	PollInterval time.Duration
 	// Clock stamps the removal mark and times the polls (default: the real
 	// clock).
@@ -239,14 +242,15 @@ func ownedByDaemonSet(p *corev1.Pod) bool {
 }
 
 // drain evicts the pods bound to the node that decide says to at stage s, and
-// waits until no pod but those it skips or defers is bound to the node.
+// waits until no pod but those it skips or defers is bound to the node: it lists
+// them, and asks again for the evictions refused, every PollInterval.
 func (r *remover) drain(ctx context.Context, s stage) error {
 	// refused holds, for each pod whose eviction was refused, why; evicted the
 	// pods whose eviction was accepted.
 	refused, evicted := map[types.UID]string{}, map[types.UID]bool{}
 	waiting := -1
-	for {
-		var left []corev1.Pod
+	var left []corev1.Pod
+	err := clockwait.Until(ctx, r.cfg.Clock, r.poll(), func(context.Context) (bool, error) {
 		var skipped, deferredPods int
 		err := r.retry(ctx, "listing the node's pods", func() error {
 			pods, err := r.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
@@ -268,7 +272,7 @@ func (r *remover) drain(ctx context.Context, s stage) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		for i := range left {
 			p := &left[i]
@@ -276,7 +280,7 @@ func (r *remover) drain(ctx context.Context, s stage) error {
 				continue
 			}
 			if err := r.evict(ctx, p, refused, evicted); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if len(left) == 0 {
@@ -286,18 +290,18 @@ func (r *remover) drain(ctx context.Context, s stage) error {
 			if deferredPods > 0 {
 				r.log.Info("DaemonSet pods left until the node is deleted", "pods", deferredPods)
 			}
-			return nil
+			return true, nil
 		}
 		if len(left) != waiting {
 			waiting = len(left)
 			r.log.Info("waiting for the node to stop its pods in the provider and remove them", "pods", waiting)
 		}
-		select {
-		case <-ctx.Done():
-			return stuck(context.Cause(ctx), left, refused, evicted)
-		case <-r.cfg.Clock.After(r.cfg.PollInterval):
-		}
+		return false, nil
+	})
+	if err != nil && err == ctx.Err() { // ctx ended while waiting, not in a step
+		return stuck(context.Cause(ctx), left, refused, evicted)
 	}
+	return err
 }
 
 // evict asks the Eviction API to delete p, recording in evicted that it did
@@ -375,31 +379,33 @@ func stuck(cause error, left []corev1.Pod, refused map[types.UID]string, evicted
 }
 
 // retry calls fn until it succeeds, fails in a way retrying will not cure, or
-// ctx ends; what names the step in the error.
+// ctx ends, every PollInterval; what names the step in the error.
 func (r *remover) retry(ctx context.Context, what string, fn func() error) error {
 	var last error
-	for {
+	err := clockwait.Until(ctx, r.cfg.Clock, r.poll(), func(context.Context) (bool, error) {
 		err := fn()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w (last error: %w)", what, context.Cause(ctx), err)
-		}
-		if fatal(err) {
-			return fmt.Errorf("%s: %w", what, err)
+		switch {
+		case err == nil:
+			return true, nil
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("%s: %w (last error: %w)", what, context.Cause(ctx), err)
+		case fatal(err):
+			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if last == nil || last.Error() != err.Error() {
 			r.log.Warn(what+" failed; retrying", "err", err)
 		}
 		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last error: %w)", what, context.Cause(ctx), last)
-		case <-r.cfg.Clock.After(r.cfg.PollInterval):
-		}
+		return false, nil
+	})
+	if err != nil && err == ctx.Err() { // ctx ended while waiting, after a failure
+		return fmt.Errorf("%s: %w (last error: %w)", what, context.Cause(ctx), last)
 	}
+	return err
 }
+
+// poll paces retry and drain: every PollInterval on the clock, jittered.
+func (r *remover) poll() wait.Backoff { return wait.Backoff{Duration: r.cfg.PollInterval, Jitter: 0.2} }
 
 // fatal reports whether err is one that asking again will not cure: the
 // credential lacks a right, or the request is wrong.

@@ -20,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/vkubelet/vkubelet/internal/lab/eventually"
 	"github.com/vkubelet/vkubelet/node"
 )
 
@@ -406,6 +408,38 @@ func TestAFailedRequestIsRetried(t *testing.T) {
 	}
 	f.expectActions("patch nodes", "list pods", "delete nodes "+nodeName, "delete nodes "+nodeName, "delete nodes "+nodeName,
 		"list pods", "delete leases "+nodeName, "get nodes", "get nodes")
+}
+
+// A failed request is asked again once PollInterval (up to 20% more) has passed
+// on the clock, not before.
+func TestAFailedRequestIsAskedAgainAfterThePollIntervalOnTheClock(t *testing.T) {
+	f := newFixture(t, testNode())
+	deletes := 0 // the fake client runs its reactors one at a time
+	f.client.PrependReactor("delete", "nodes", func(core.Action) (bool, runtime.Object, error) {
+		deletes++
+		if deletes == 1 {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+		}
+		return false, nil, nil
+	})
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := f.config()
+	cfg.Clock, cfg.PollInterval = clk, time.Second
+	done := make(chan error, 1)
+	go func() { done <- Remove(context.Background(), cfg, nodeName) }()
+	eventually.TrueEvery(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		return clk.HasWaiters(), "the removal does not wait on the clock"
+	})
+	clk.Step(time.Second - time.Nanosecond)
+	if !clk.HasWaiters() {
+		t.Fatal("the deletion was asked again before PollInterval had passed")
+	}
+	clk.Step(time.Second/5 + time.Nanosecond) // the most the jitter adds
+	if err := eventually.Receive(t, done, 5*time.Second, "the removal"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectActions("patch nodes", "list pods", "delete nodes "+nodeName, "delete nodes "+nodeName,
+		"list pods", "delete leases "+nodeName, "get nodes")
 }
 
 // A node process that does not know the removal mark registers its Node again

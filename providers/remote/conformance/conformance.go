@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/vkubelet/vkubelet/errdefs"
@@ -147,52 +149,58 @@ func (s *suite) unknownPod(ctx context.Context) error {
 	return nil
 }
 
-// waitStatus polls the pod's status until ok says so.
+// waitStatus polls the pod's status every 500ms until ok says so, for at most
+// Timeout.
 func (s *suite) waitStatus(ctx context.Context, what string, ok func(*corev1.PodStatus, error) bool) error {
-	deadline := time.Now().Add(s.cfg.Timeout)
 	var last string
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, s.cfg.Timeout, true, func(context.Context) (bool, error) {
+		// ctx, not the poll's: a call under way when the time is up may end.
 		st, err := s.c.GetPodStatus(ctx, s.pod.Namespace, s.pod.Name)
 		if ok(st, err) {
-			return nil
+			return true, nil
 		}
 		if err != nil {
 			last = err.Error()
 		} else {
 			last = string(st.Phase)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("%s: not after %s (last: %s)", what, s.cfg.Timeout, last)
 	}
-	return fmt.Errorf("%s: not after %s (last: %s)", what, s.cfg.Timeout, last)
+	return err
 }
 
 func running(st *corev1.PodStatus, err error) bool {
 	return err == nil && st.Phase == corev1.PodRunning && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
 }
 
-// create retries a failed create, as the agent does (with back-off), unless the
-// provider refuses the pod (INVALID_ARGUMENT): a back end may need a moment (a
-// cluster's new namespace without its ServiceAccount yet, say).
+// createBackoff paces create's retries: from 200ms, doubling, up to 5s.
+var createBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}
+
+// create retries a failed create for at most Timeout, as the agent does (with
+// back-off), unless the provider refuses the pod (INVALID_ARGUMENT): a back end
+// may need a moment (a cluster's new namespace without its ServiceAccount yet,
+// say).
 func (s *suite) create(ctx context.Context) error {
-	deadline := time.Now().Add(s.cfg.Timeout)
-	for wait := 200 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		err := s.c.CreateResolvedPod(ctx, s.resolved)
-		if err == nil {
-			break
+	var err error
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	_ = createBackoff.DelayFunc().Until(tctx, true, true, func(context.Context) (bool, error) {
+		// ctx, not tctx: a call under way when the time is up may end.
+		err = s.c.CreateResolvedPod(ctx, s.resolved)
+		if err == nil || errdefs.IsInvalidInput(err) {
+			return true, nil
 		}
-		if errdefs.IsInvalidInput(err) || time.Now().After(deadline) {
-			return err
-		}
-		fmt.Fprintf(s.cfg.Log, "      create failed, retrying in %s: %v\n", wait, err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
+		fmt.Fprintf(s.cfg.Log, "      create failed, retrying: %v\n", err)
+		return false, nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return err
 	}
 	return s.waitStatus(ctx, "Running with its container running", running)
 }
