@@ -1,4 +1,4 @@
-package servingcert
+package identity
 
 import (
 	"context"
@@ -20,8 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	certificatesclient "k8s.io/client-go/kubernetes/typed/certificates/v1"
-
-	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
 // ownRequest is a CSR this node created: what the API server answered to its own
@@ -65,7 +63,7 @@ func (a *ownCSRApprover) clientset() kubernetes.Interface {
 
 // created is called with each CSR the node created.
 func (a *ownCSRApprover) created(csr *certificatesv1.CertificateSigningRequest) {
-	req, err := parseRequest(csr)
+	req, err := parseOwnRequest(csr)
 	if err != nil {
 		a.log.Warn("not approving the node's CSR: its request cannot be read", "csr", csr.Name, "error", err)
 		return
@@ -90,7 +88,7 @@ func (a *ownCSRApprover) approve(own ownRequest) {
 			a.log.Debug("reading the node's CSR; will retry", "csr", own.name, "error", err)
 			return false, nil
 		}
-		if csrapprover.Decided(csr) {
+		if Decided(csr) {
 			return true, nil // approved (by an admin, perhaps) or denied: not ours to change
 		}
 		if err := checkOwn(csr, own, a.want); err != nil {
@@ -124,7 +122,7 @@ func checkOwn(csr *certificatesv1.CertificateSigningRequest, own ownRequest, wan
 	case csr.Spec.SignerName != certificatesv1.KubeletServingSignerName:
 		return fmt.Errorf("CSR %s is for signer %s", csr.Name, csr.Spec.SignerName)
 	}
-	req, err := parseRequest(csr)
+	req, err := parseOwnRequest(csr)
 	if err != nil {
 		return err
 	}
@@ -137,7 +135,7 @@ func checkOwn(csr *certificatesv1.CertificateSigningRequest, own ownRequest, wan
 	return nil
 }
 
-func parseRequest(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
+func parseOwnRequest(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(csr.Spec.Request)
 	if block == nil {
 		return nil, errors.New("no PEM block in spec.request")

@@ -1,4 +1,4 @@
-package servingcert
+package identity
 
 import (
 	"context"
@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
-
-	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
 var nodeTemplate = &x509.CertificateRequest{
@@ -28,18 +26,18 @@ var nodeTemplate = &x509.CertificateRequest{
 
 // servingCSR is a kubelet-serving CSR for the node's subject and addresses, as
 // created by username.
-func servingCSR(t *testing.T, name, username string) *certificatesv1.CertificateSigningRequest {
+func ownServingCSR(t *testing.T, name, username string) *certificatesv1.CertificateSigningRequest {
 	csr := csrFor(t, "system:node:vk", []string{"system:nodes"}, nodeTemplate.IPAddresses, nodeTemplate.DNSNames)
 	csr.Name, csr.Spec.SignerName, csr.Spec.Username = name, certificatesv1.KubeletServingSignerName, username
 	return csr
 }
 
-func approved(t *testing.T, c *fake.Clientset, name string) bool {
+func csrDecided(t *testing.T, c *fake.Clientset, name string) bool {
 	csr, err := c.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return csrapprover.Decided(csr)
+	return Decided(csr)
 }
 
 func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
@@ -56,18 +54,18 @@ func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
 		backoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 3}}
 
 	// Someone allowed to create CSRs asks for the node's identity first.
-	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(ctx, servingCSR(t, "foreign", "system:serviceaccount:ns:sneaky"), metav1.CreateOptions{}); err != nil {
+	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(ctx, ownServingCSR(t, "foreign", "system:serviceaccount:ns:sneaky"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Then the node's certificate manager creates its own, through the approver's clientset.
-	if _, err := a.clientset().CertificatesV1().CertificateSigningRequests().Create(ctx, servingCSR(t, "own", "kubernetes-admin"), metav1.CreateOptions{}); err != nil {
+	if _, err := a.clientset().CertificatesV1().CertificateSigningRequests().Create(ctx, ownServingCSR(t, "own", "kubernetes-admin"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a.wg.Wait()
-	if !approved(t, c, "own") {
+	if !csrDecided(t, c, "own") {
 		t.Error("the node's own CSR was not approved")
 	}
-	if approved(t, c, "foreign") {
+	if csrDecided(t, c, "foreign") {
 		t.Error("a CSR someone else created for the node's identity was approved")
 	}
 	for _, act := range c.Actions() {
@@ -78,9 +76,9 @@ func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
 }
 
 func TestACSRReplacedUnderTheNodesNameIsNotApproved(t *testing.T) {
-	own := servingCSR(t, "own", "system:node:vk")
+	own := ownServingCSR(t, "own", "system:node:vk")
 	own.UID = "uid-1"
-	req, err := parseRequest(own)
+	req, err := parseOwnRequest(own)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +86,7 @@ func TestACSRReplacedUnderTheNodesNameIsNotApproved(t *testing.T) {
 	if err := checkOwn(own, ref, nodeTemplate); err != nil {
 		t.Fatalf("the node's own CSR: %v", err)
 	}
-	other := servingCSR(t, "own", "system:node:vk") // another key
+	other := ownServingCSR(t, "own", "system:node:vk") // another key
 	other.UID = "uid-1"
 	cases := map[string]*certificatesv1.CertificateSigningRequest{
 		"deleted and created again (new UID)": func() *certificatesv1.CertificateSigningRequest { c := own.DeepCopy(); c.UID = "uid-2"; return c }(),

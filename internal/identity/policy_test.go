@@ -1,4 +1,4 @@
-package csrapprover
+package identity
 
 import (
 	"crypto/ecdsa"

@@ -1,4 +1,4 @@
-package servingcert
+package identity
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 )
 
 func TestSelfSignedCoversTheNodeAddresses(t *testing.T) {
-	get, err := Source(context.Background(), Config{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
+	get, err := ServingCertificate(context.Background(), ServingConfig{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
 		{"other group", csrFor(t, "system:node:vk", []string{"system:masters"}, ip, []string{"vk"}), false},
 	}
 	for _, tc := range cases {
-		req, err := parseRequest(tc.csr)
+		req, err := parseOwnRequest(tc.csr)
 		if err != nil {
 			t.Fatal(err)
 		}
