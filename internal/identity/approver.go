@@ -163,7 +163,7 @@ func (c *Approver) syncHandler(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	d := c.policy.Decide(csr)
+	d := c.policy.Decide(csr, ByApprover)
 	if d.Verdict == Ignore {
 		return nil
 	}

@@ -44,8 +44,13 @@
 // and denies, with the reason in the CSR's condition and an Event, a request of
 // its requesters that asks for anything else. Requests of anyone else (the
 // cluster's real kubelets, other tools) are left alone for their own approvers.
-// The decision (Policy.Decide) is a pure function of the request; the Approver
-// watches CSRs and carries decisions out.
+// The Approver watches CSRs and carries decisions out.
+//
+// Which node CSR to approve is one decision, Policy.Decide, a pure function of
+// the request with one CSR parser (the request's signature must verify against
+// its own key), asked by the approver (ByApprover) and by a node approving its
+// own serving CSR (ByNode): the rules are the same for both but for what
+// depends on who asks (Asker).
 //
 // It is internal: internal/process/agent (the node's certificates),
 // internal/process/nodecmd (approve-csrs) and the lab (vkubeletctl up, the

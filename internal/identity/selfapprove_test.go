@@ -24,12 +24,24 @@ var nodeTemplate = &x509.CertificateRequest{
 	IPAddresses: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"},
 }
 
-// servingCSR is a kubelet-serving CSR for the node's subject and addresses, as
-// created by username.
+// ownServingCSR is a kubelet-serving CSR for the node's subject and addresses,
+// with the usages client-go's certificate manager asks for, as created by
+// username.
 func ownServingCSR(t *testing.T, name, username string) *certificatesv1.CertificateSigningRequest {
 	csr := csrFor(t, "system:node:vk", []string{"system:nodes"}, nodeTemplate.IPAddresses, nodeTemplate.DNSNames)
 	csr.Name, csr.Spec.SignerName, csr.Spec.Username = name, certificatesv1.KubeletServingSignerName, username
+	csr.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
 	return csr
+}
+
+// ownRequestOf is what the node records of csr when it creates it.
+func ownRequestOf(t *testing.T, csr *certificatesv1.CertificateSigningRequest) OwnRequest {
+	t.Helper()
+	req, err := parseRequest(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return OwnRequest{Name: csr.Name, UID: csr.UID, Username: csr.Spec.Username, Key: req.PublicKey, Want: nodeTemplate}
 }
 
 func csrDecided(t *testing.T, c *fake.Clientset, name string) bool {
@@ -50,8 +62,8 @@ func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
 		obj.UID = types.UID("uid-" + obj.Name)
 		return false, nil, nil
 	})
-	a := &ownCSRApprover{ctx: ctx, client: c, approver: c, want: nodeTemplate, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		backoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 3}}
+	a := newSelfApprover(ctx, c, c, nodeTemplate, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 3}
 
 	// Someone allowed to create CSRs asks for the node's identity first.
 	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(ctx, ownServingCSR(t, "foreign", "system:serviceaccount:ns:sneaky"), metav1.CreateOptions{}); err != nil {
@@ -78,13 +90,10 @@ func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
 func TestACSRReplacedUnderTheNodesNameIsNotApproved(t *testing.T) {
 	own := ownServingCSR(t, "own", "system:node:vk")
 	own.UID = "uid-1"
-	req, err := parseOwnRequest(own)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := ownRequest{name: "own", uid: "uid-1", username: "system:node:vk", key: req.PublicKey}
-	if err := checkOwn(own, ref, nodeTemplate); err != nil {
-		t.Fatalf("the node's own CSR: %v", err)
+	ref := ownRequestOf(t, own)
+	p := nodePolicy(nodeTemplate)
+	if d := p.Decide(own, ByNode(ref)); d.Verdict != Approve {
+		t.Fatalf("the node's own CSR: %s (%s)", d.Verdict, d.Reason)
 	}
 	other := ownServingCSR(t, "own", "system:node:vk") // another key
 	other.UID = "uid-1"
@@ -103,8 +112,33 @@ func TestACSRReplacedUnderTheNodesNameIsNotApproved(t *testing.T) {
 		}(),
 	}
 	for name, csr := range cases {
-		if err := checkOwn(csr, ref, nodeTemplate); err == nil {
-			t.Errorf("%s: accepted as the node's own", name)
+		if d := p.Decide(csr, ByNode(ref)); d.Verdict == Approve {
+			t.Errorf("%s: accepted as the node's own (%s)", name, d.Reason)
+		}
+	}
+}
+
+func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
+	ip := []net.IP{net.ParseIP("10.1.2.3")}
+	cases := []struct {
+		name string
+		csr  *certificatesv1.CertificateSigningRequest
+		ok   bool
+	}{
+		{"own", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk"}), true},
+		{"other node", csrFor(t, "system:node:other", []string{"system:nodes"}, ip, []string{"vk"}), false},
+		{"extra IP", csrFor(t, "system:node:vk", []string{"system:nodes"}, append(ip, net.ParseIP("8.8.8.8")), []string{"vk"}), false},
+		{"extra DNS", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk", "evil.example"}), false},
+		{"other group", csrFor(t, "system:node:vk", []string{"system:masters"}, ip, []string{"vk"}), false},
+	}
+	p := nodePolicy(nodeTemplate)
+	for _, tc := range cases {
+		tc.csr.Name, tc.csr.UID, tc.csr.Spec.Username = "own", "uid-1", "kubernetes-admin"
+		tc.csr.Spec.SignerName = certificatesv1.KubeletServingSignerName
+		tc.csr.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+		d := p.Decide(tc.csr, ByNode(ownRequestOf(t, tc.csr)))
+		if got := d.Verdict == Approve; got != tc.ok {
+			t.Errorf("%s: %s (%s), want approved %v", tc.name, d.Verdict, d.Reason, tc.ok)
 		}
 	}
 }

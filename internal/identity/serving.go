@@ -106,8 +106,7 @@ func servingFromCSR(ctx context.Context, cfg ServingConfig) (GetCertificate, err
 		if approvingClient == nil {
 			approvingClient = cfg.Client
 		}
-		approver := &ownCSRApprover{ctx: ctx, client: cfg.Client, approver: approvingClient, want: template, log: cfg.Logger, backoff: defaultApprovalBackoff}
-		client = approver.clientset()
+		client = newSelfApprover(ctx, cfg.Client, approvingClient, template, cfg.Logger).clientset()
 	}
 	m, err := certificate.NewManager(&certificate.Config{
 		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },

@@ -64,28 +64,3 @@ func csrFor(t *testing.T, cn string, org []string, ips []net.IP, dns []string) *
 		Request: pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateRequestBlockType, Bytes: der}),
 	}}
 }
-
-func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
-	ip := []net.IP{net.ParseIP("10.1.2.3")}
-	want := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:vk", Organization: []string{"system:nodes"}}, IPAddresses: ip, DNSNames: []string{"vk"}}
-	cases := []struct {
-		name string
-		csr  *certificatesv1.CertificateSigningRequest
-		ok   bool
-	}{
-		{"own", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk"}), true},
-		{"other node", csrFor(t, "system:node:other", []string{"system:nodes"}, ip, []string{"vk"}), false},
-		{"extra IP", csrFor(t, "system:node:vk", []string{"system:nodes"}, append(ip, net.ParseIP("8.8.8.8")), []string{"vk"}), false},
-		{"extra DNS", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk", "evil.example"}), false},
-		{"other group", csrFor(t, "system:node:vk", []string{"system:masters"}, ip, []string{"vk"}), false},
-	}
-	for _, tc := range cases {
-		req, err := parseOwnRequest(tc.csr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := matches(req, want); got != tc.ok {
-			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.ok)
-		}
-	}
-}
