@@ -80,26 +80,12 @@ func StartClient(ctx context.Context, cfg ClientConfig) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client certificate manager: %w", err)
 	}
-	m.Start()
-	go func() { <-ctx.Done(); m.Stop() }()
-
-	start, lastLog := time.Now(), time.Time{}
-	for m.Current() == nil {
-		if cfg.WaitTimeout > 0 && time.Since(start) > cfg.WaitTimeout {
-			m.Stop()
-			return nil, fmt.Errorf("no client certificate after %s: is the %s CSR of node %s approved? (kubectl get csr)",
-				cfg.WaitTimeout, certificatesv1.KubeAPIServerClientKubeletSignerName, cfg.NodeName)
-		}
-		if time.Since(lastLog) > time.Minute {
-			cfg.Logger.Info("waiting for the node's client certificate (TLS bootstrap): its CSR must be approved (kubectl get csr)", "node", cfg.NodeName)
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			m.Stop()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := startManager(ctx, m, awaited{
+		node: cfg.NodeName, kind: "client", signer: certificatesv1.KubeAPIServerClientKubeletSignerName,
+		timeout: cfg.WaitTimeout, log: cfg.Logger,
+		waiting: "waiting for the node's client certificate (TLS bootstrap): its CSR must be approved (kubectl get csr)",
+	}); err != nil {
+		return nil, err
 	}
 	cert := m.Current()
 	if err := checkIdentity(cert, cfg.NodeName); err != nil {
@@ -110,8 +96,8 @@ func StartClient(ctx context.Context, cfg ClientConfig) (*rest.Config, error) {
 	return nodeCfg, nil
 }
 
-// clientTemplate is the client certificate request of node name: the subject the Node
-// authorizer maps to the node.
+// clientTemplate is the client certificate request of node name: the subject
+// the Node authorizer maps to the node.
 func clientTemplate(name string) *x509.CertificateRequest {
 	return &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}}}
 }

@@ -120,25 +120,12 @@ func servingFromCSR(ctx context.Context, cfg ServingConfig) (GetCertificate, err
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate manager: %w", err)
 	}
-	m.Start()
-	go func() { <-ctx.Done(); m.Stop() }()
-
-	start := time.Now()
-	lastLog := time.Time{}
-	for m.Current() == nil {
-		if cfg.WaitTimeout > 0 && time.Since(start) > cfg.WaitTimeout {
-			return nil, fmt.Errorf("no serving certificate after %s: is the %s CSR of node %s approved? (kubectl get csr)",
-				cfg.WaitTimeout, certificatesv1.KubeletServingSignerName, cfg.NodeName)
-		}
-		if !cfg.AutoApprove && time.Since(lastLog) > time.Minute {
-			cfg.Logger.Info("waiting for the kubelet-serving CSR to be approved (kubectl get csr; kubectl certificate approve <name>)", "node", cfg.NodeName)
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	w := awaited{node: cfg.NodeName, kind: "serving", signer: certificatesv1.KubeletServingSignerName, timeout: cfg.WaitTimeout, log: cfg.Logger}
+	if !cfg.AutoApprove {
+		w.waiting = "waiting for the kubelet-serving CSR to be approved (kubectl get csr; kubectl certificate approve <name>)"
+	}
+	if err := startManager(ctx, m, w); err != nil {
+		return nil, err
 	}
 	cfg.Logger.Info("serving certificate issued by the cluster", "node", cfg.NodeName)
 	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
