@@ -13,6 +13,6 @@
 // decisions; anonymous callers get 401 and forbidden ones 403. Streaming (SPDY and
 // WebSocket) is done by k8s.io/cri-streaming, the library the kubelet's runtimes use.
 //
-// The TLS certificate comes from package servingcert. The package is wired into a
-// node by internal/process/agent; it knows the provider contract only.
+// The TLS certificate comes from package internal/identity. The package is wired
+// into a node by internal/process/agent; it knows the provider contract only.
 package kubeletapi

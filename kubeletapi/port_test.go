@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv/leakcheck"
-	"github.com/vkubelet/vkubelet/servingcert"
 )
 
 // portNode is a node served on a shared port: its socket's address and the way
@@ -53,7 +53,7 @@ func serveOnListener(t *testing.T, p *Port, l net.Listener, name string, pods ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := servingcert.Source(context.Background(), servingcert.Config{SelfSigned: true, NodeName: name, DNSNames: []string{name},
+	cert, err := identity.ServingCertificate(context.Background(), identity.ServingConfig{SelfSigned: true, NodeName: name, DNSNames: []string{name},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/internal/lab/clusternet"
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/crienv"
@@ -219,7 +219,7 @@ everything it started. Each run starts a fresh cluster in --dir.`,
 				nodeIP = link.NodeIP
 			}
 			// The nodes' names and their one address: the token obtains nothing else.
-			addr, err := csrapprover.ParseCIDRs(nodeIP)
+			addr, err := identity.ParseCIDRs(nodeIP)
 			if err != nil {
 				return fmt.Errorf("the node's address %q: %w", nodeIP, err)
 			}

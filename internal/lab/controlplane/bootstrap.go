@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
+	"github.com/vkubelet/vkubelet/internal/identity"
 )
 
 // BootstrapGroup is the extra group of the bootstrap tokens NodeBootstrapKubeconfig
@@ -91,13 +91,13 @@ func (cp *ControlPlane) NodeBootstrapKubeconfig(ctx context.Context, path string
 // holders of NodeBootstrapKubeconfig's tokens send for the nodes names (and
 // those nodes' own renewals and serving certificates for servingIPs), with the
 // control plane's admin credential; it denies the tokens anything else
-// (package csrapprover). It returns once the approver has started.
-func (cp *ControlPlane) RunNodeApprover(ctx context.Context, names []string, servingIPs csrapprover.IPSet, log *slog.Logger) error {
+// (package internal/identity). It returns once the approver has started.
+func (cp *ControlPlane) RunNodeApprover(ctx context.Context, names []string, servingIPs identity.IPSet, log *slog.Logger) error {
 	c, err := cp.Client()
 	if err != nil {
 		return err
 	}
-	ctrl, err := csrapprover.NewController(csrapprover.Config{Client: c, Logger: log, Policy: csrapprover.Policy{
+	ctrl, err := identity.NewApprover(identity.ApproverConfig{Client: c, Logger: log, Policy: identity.Policy{
 		Names: names, RequesterGroups: []string{BootstrapGroup}, ServingIPs: servingIPs,
 	}})
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/internal/lab/clusternet"
 	"github.com/vkubelet/vkubelet/internal/lab/spawn"
 )
@@ -196,7 +196,7 @@ func joinAs(ctx context.Context, client kubernetes.Interface, cluster *clientcmd
 	if err := writeBootstrapKubeconfig(ctx, client, cluster, bootstrap, tokenID, group); err != nil {
 		return "", nil, err
 	}
-	ips, err := csrapprover.ParseCIDRs(nodeIP)
+	ips, err := identity.ParseCIDRs(nodeIP)
 	if err != nil {
 		return "", nil, err
 	}
@@ -204,7 +204,7 @@ func joinAs(ctx context.Context, client kubernetes.Interface, cluster *clientcmd
 	if err != nil {
 		return "", nil, err
 	}
-	approver, err := csrapprover.NewController(csrapprover.Config{Client: client, Logger: slog.New(slog.NewTextHandler(approverLog, nil)), Policy: csrapprover.Policy{
+	approver, err := identity.NewApprover(identity.ApproverConfig{Client: client, Logger: slog.New(slog.NewTextHandler(approverLog, nil)), Policy: identity.Policy{
 		Names: []string{node}, RequesterGroups: []string{group}, ServingIPs: ips,
 	}})
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
+	"github.com/vkubelet/vkubelet/internal/identity"
 )
 
 // CSRCreator makes a ServiceAccount ns/name allowed to create and read CSRs and
@@ -227,7 +227,7 @@ func NodeBootstrap(t testing.TB, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cp.RunNodeApprover(t.Context(), []string{node}, csrapprover.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
+	if err := cp.RunNodeApprover(t.Context(), []string{node}, identity.CIDRs{netip.MustParsePrefix("127.0.0.1/32")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return bootstrap

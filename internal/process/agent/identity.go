@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/vkubelet/vkubelet/clientcert"
+	"github.com/vkubelet/vkubelet/internal/identity"
 )
 
 // certDir is where the node keeps its certificates: CertDir, else a directory of
@@ -66,7 +66,7 @@ func clientConfig(ctx, certCtx context.Context, cfg Config) (*rest.Config, error
 	}
 	done := make(chan result, 1)
 	go func() {
-		c, err := clientcert.Start(certCtx, clientcert.Config{
+		c, err := identity.StartClient(certCtx, identity.ClientConfig{
 			NodeName: cfg.NodeName, Bootstrap: bootstrap, Dir: certDir(cfg),
 			WaitTimeout: cfg.StartupTimeout, Logger: cfg.Logger,
 		})

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/kubeletapi"
-	"github.com/vkubelet/vkubelet/servingcert"
 )
 
 // This file holds the node's kubelet API: where it listens, its serving
@@ -48,7 +48,7 @@ func (n *Node) serveKubeletAPI(ctx context.Context) error {
 			return err
 		}
 	}
-	cert, err := servingcert.Source(ctx, servingcert.Config{
+	cert, err := identity.ServingCertificate(ctx, identity.ServingConfig{
 		CertFile: n.cfg.ServingCertFile, KeyFile: n.cfg.ServingKeyFile, SelfSigned: n.cfg.SelfSignedServingCert,
 		NodeName: n.cfg.NodeName, IPs: ips, DNSNames: []string{n.cfg.NodeName},
 		Client: n.client, Approver: approver, Dir: certDir(n.cfg), AutoApprove: n.cfg.ApproveServingCSR, Logger: n.log,

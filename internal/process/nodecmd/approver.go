@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/vkubelet/vkubelet/csrapprover"
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/internal/process/nodeconfig"
 	"github.com/vkubelet/vkubelet/internal/process/nodeflags"
 )
@@ -67,8 +67,8 @@ needs only the right to create CSRs (docs/DEPLOYING.md).`,
 }
 
 // policy is the approval policy the flags describe.
-func (f *approverFlags) policy() (csrapprover.Policy, error) {
-	p := csrapprover.Policy{Names: f.names, Prefixes: f.prefixes, Requesters: f.requesters, RequesterGroups: f.requesterGroups}
+func (f *approverFlags) policy() (identity.Policy, error) {
+	p := identity.Policy{Names: f.names, Prefixes: f.prefixes, Requesters: f.requesters, RequesterGroups: f.requesterGroups}
 	if f.nodeSet != "" {
 		nodes, err := nodeconfig.Load(f.nodeSet)
 		if err != nil {
@@ -78,7 +78,7 @@ func (f *approverFlags) policy() (csrapprover.Policy, error) {
 			p.Names = append(p.Names, n.Name)
 		}
 	}
-	cidrs, err := csrapprover.ParseCIDRs(f.servingCIDRs...)
+	cidrs, err := identity.ParseCIDRs(f.servingCIDRs...)
 	if err != nil {
 		return p, fmt.Errorf("--serving-cidr: %w", err)
 	}
@@ -97,7 +97,7 @@ func (f *approverFlags) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := csrapprover.Config{Policy: p, Logger: log, PodNamespace: f.podNamespace}
+	cfg := identity.ApproverConfig{Policy: p, Logger: log, PodNamespace: f.podNamespace}
 	if f.podSelector != "" {
 		if cfg.PodSelector, err = labels.Parse(f.podSelector); err != nil {
 			return fmt.Errorf("--serving-pod-selector: %w", err)
@@ -119,7 +119,7 @@ func (f *approverFlags) run(cmd *cobra.Command, _ []string) error {
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
-	c, err := csrapprover.NewController(cfg)
+	c, err := identity.NewApprover(cfg)
 	if err != nil {
 		return err
 	}

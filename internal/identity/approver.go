@@ -1,4 +1,4 @@
-package csrapprover
+package identity
 
 import (
 	"context"
@@ -27,8 +27,8 @@ import (
 	"github.com/vkubelet/vkubelet/internal/informerutil"
 )
 
-// Config is what a Controller needs.
-type Config struct {
+// ApproverConfig is what an Approver needs.
+type ApproverConfig struct {
 	// Client approves and denies CSRs; it needs get/list/watch on
 	// certificatesigningrequests, update on their approval, approve on the two
 	// node signers, and create on Events.
@@ -44,10 +44,10 @@ type Config struct {
 	Logger       *slog.Logger
 }
 
-// Controller approves the install's node CSRs as its Policy says. Its loop is
+// Approver approves the install's node CSRs as its Policy says. Its loop is
 // client-go's: an informer of CSRs feeds a rate-limited queue of names; a worker
 // decides on the CSR as it is now, never as the event that woke it said.
-type Controller struct {
+type Approver struct {
 	client kubernetes.Interface
 	policy Policy
 	log    *slog.Logger
@@ -62,8 +62,8 @@ type Controller struct {
 	events     record.EventBroadcaster
 }
 
-// NewController returns a controller; Run starts it.
-func NewController(cfg Config) (*Controller, error) {
+// NewApprover returns an approver; Run starts it.
+func NewApprover(cfg ApproverConfig) (*Approver, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("csr approver: a client is required")
 	}
@@ -75,7 +75,7 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	csrInformer := certificatesinformers.NewCertificateSigningRequestInformer(cfg.Client, 0, byNamespace)
-	c := &Controller{
+	c := &Approver{
 		client: cfg.Client, policy: cfg.Policy, log: cfg.Logger,
 		csrs:       certificateslisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()),
 		csrsSynced: csrInformer.HasSynced,
@@ -103,7 +103,7 @@ func NewController(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-func (c *Controller) enqueue(obj any) {
+func (c *Approver) enqueue(obj any) {
 	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
 	if !ok || Decided(csr) {
 		return
@@ -112,7 +112,7 @@ func (c *Controller) enqueue(obj any) {
 }
 
 // Run decides on CSRs until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+func (c *Approver) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	c.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
 	defer c.events.Shutdown()
@@ -134,12 +134,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
-func (c *Controller) runWorker(ctx context.Context) {
+func (c *Approver) runWorker(ctx context.Context) {
 	for c.processNextWorkItem(ctx) {
 	}
 }
 
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+func (c *Approver) processNextWorkItem(ctx context.Context) bool {
 	name, shutdown := c.queue.Get()
 	if shutdown {
 		return false
@@ -155,7 +155,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 }
 
 // syncHandler decides on the CSR name as the cache holds it now.
-func (c *Controller) syncHandler(ctx context.Context, name string) error {
+func (c *Approver) syncHandler(ctx context.Context, name string) error {
 	csr, err := c.csrs.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -163,7 +163,7 @@ func (c *Controller) syncHandler(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	d := c.policy.Decide(csr)
+	d := c.policy.Decide(csr, ByApprover)
 	if d.Verdict == Ignore {
 		return nil
 	}

@@ -1,14 +1,12 @@
-package servingcert
+package identity
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,24 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	certificatesclient "k8s.io/client-go/kubernetes/typed/certificates/v1"
-
-	"github.com/vkubelet/vkubelet/csrapprover"
 )
 
-// ownRequest is a CSR this node created: what the API server answered to its own
-// Create, which no one else can forge.
-type ownRequest struct {
-	name     string
-	uid      types.UID
-	username string // spec.username: the identity the API server saw create it
-	key      crypto.PublicKey
-}
-
-// ownCSRApprover approves the node's own kubelet-serving CSRs and nothing else.
+// selfApprover approves the node's own kubelet-serving CSRs and nothing else.
 // It sees the node's CSRs as client-go's certificate manager creates them,
 // through the clientset it hands the manager, so it never lists or polls CSRs:
 // it acts once per certificate the node asks for (the first, then each renewal).
@@ -41,36 +27,60 @@ type ownRequest struct {
 // Matching a CSR by its subject and addresses alone is not enough: anyone
 // allowed to create CSRs can ask for system:node:<node> with the node's
 // addresses, and a node that approved every such request handed out its serving
-// identity (found by a probe). A CSR is approved only if it is the very object
-// the node created (name and UID), its public key is the one in the request the
-// node sent, its spec.username is the identity the node created it as, and it
-// asks for exactly the node's subject and addresses.
-type ownCSRApprover struct {
+// identity (found by a probe). Whether to approve is the approver's decision
+// (Policy.Decide), asked by the node (ByNode) with the request it created: the
+// very object (name and UID), its public key, the identity it was created as,
+// and exactly the node's subject and addresses.
+type selfApprover struct {
 	ctx context.Context
 	// client creates the node's CSRs; approver reads and approves them (the same
 	// clientset unless the node's own identity may not approve).
 	client, approver kubernetes.Interface
-	want             *x509.CertificateRequest
-	log              *slog.Logger
+	// want is the node's certificate request, policy the node's own names
+	// and addresses (nodePolicy).
+	want   *x509.CertificateRequest
+	policy Policy
+	log    *slog.Logger
 	// backoff paces the retries of one approval (the API server may be away).
 	backoff wait.Backoff
 	wg      sync.WaitGroup
 }
 
+func newSelfApprover(ctx context.Context, client, approver kubernetes.Interface, want *x509.CertificateRequest, log *slog.Logger) *selfApprover {
+	return &selfApprover{ctx: ctx, client: client, approver: approver, want: want, policy: nodePolicy(want), log: log, backoff: defaultApprovalBackoff}
+}
+
+// nodePolicy is the Policy of a node deciding on its own request want: its own
+// name, and its own addresses alone.
+func nodePolicy(want *x509.CertificateRequest) Policy {
+	p := Policy{Names: []string{strings.TrimPrefix(want.Subject.CommonName, nodeUserPrefix)}}
+	var ips CIDRs
+	for _, ip := range want.IPAddresses {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			a = a.Unmap()
+			ips = append(ips, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	if len(ips) > 0 {
+		p.ServingIPs = ips
+	}
+	return p
+}
+
 // clientset is the clientset to hand client-go's certificate manager: client,
 // with every CSR it creates approved by a.
-func (a *ownCSRApprover) clientset() kubernetes.Interface {
+func (a *selfApprover) clientset() kubernetes.Interface {
 	return &approvingClientset{Interface: a.client, a: a}
 }
 
 // created is called with each CSR the node created.
-func (a *ownCSRApprover) created(csr *certificatesv1.CertificateSigningRequest) {
-	req, err := parseRequest(csr)
+func (a *selfApprover) created(csr *certificatesv1.CertificateSigningRequest) {
+	req, err := parseRequest(csr.Spec.Request)
 	if err != nil {
 		a.log.Warn("not approving the node's CSR: its request cannot be read", "csr", csr.Name, "error", err)
 		return
 	}
-	own := ownRequest{name: csr.Name, uid: csr.UID, username: csr.Spec.Username, key: req.PublicKey}
+	own := OwnRequest{Name: csr.Name, UID: csr.UID, Username: csr.Spec.Username, Key: req.PublicKey, Want: a.want}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -80,21 +90,21 @@ func (a *ownCSRApprover) created(csr *certificatesv1.CertificateSigningRequest) 
 
 // approve approves own, trying again with back-off until it is approved,
 // denied, gone or the node stops.
-func (a *ownCSRApprover) approve(own ownRequest) {
+func (a *selfApprover) approve(own OwnRequest) {
 	err := wait.ExponentialBackoffWithContext(a.ctx, a.backoff, func(ctx context.Context) (bool, error) {
-		csr, err := a.approver.CertificatesV1().CertificateSigningRequests().Get(ctx, own.name, metav1.GetOptions{})
+		csr, err := a.approver.CertificatesV1().CertificateSigningRequests().Get(ctx, own.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, err
 		}
 		if err != nil {
-			a.log.Debug("reading the node's CSR; will retry", "csr", own.name, "error", err)
+			a.log.Debug("reading the node's CSR; will retry", "csr", own.Name, "error", err)
 			return false, nil
 		}
-		if csrapprover.Decided(csr) {
+		if Decided(csr) {
 			return true, nil // approved (by an admin, perhaps) or denied: not ours to change
 		}
-		if err := checkOwn(csr, own, a.want); err != nil {
-			return false, err
+		if d := a.policy.Decide(csr, ByNode(own)); d.Verdict != Approve {
+			return false, errors.New(d.Reason)
 		}
 		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
@@ -102,70 +112,21 @@ func (a *ownCSRApprover) approve(own ownRequest) {
 		})
 		_, err = a.approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
 		if err != nil {
-			a.log.Debug("approving the node's CSR; will retry", "csr", own.name, "error", err)
+			a.log.Debug("approving the node's CSR; will retry", "csr", own.Name, "error", err)
 			return false, nil
 		}
-		a.log.Info("approved own serving CSR", "csr", own.name)
+		a.log.Info("approved own serving CSR", "csr", own.Name)
 		return true, nil
 	})
 	if err != nil && a.ctx.Err() == nil {
-		a.log.Warn("not approving serving CSR", "csr", own.name, "error", err)
+		a.log.Warn("not approving serving CSR", "csr", own.Name, "error", err)
 	}
-}
-
-// checkOwn says why csr is not the request own describes, asking for want; nil
-// if it is.
-func checkOwn(csr *certificatesv1.CertificateSigningRequest, own ownRequest, want *x509.CertificateRequest) error {
-	switch {
-	case csr.Name != own.name || csr.UID != own.uid:
-		return fmt.Errorf("CSR %s (UID %s) is not the one the node created (%s, UID %s)", csr.Name, csr.UID, own.name, own.uid)
-	case csr.Spec.Username != own.username:
-		return fmt.Errorf("CSR %s was created by %q, not by the node's identity %q", csr.Name, csr.Spec.Username, own.username)
-	case csr.Spec.SignerName != certificatesv1.KubeletServingSignerName:
-		return fmt.Errorf("CSR %s is for signer %s", csr.Name, csr.Spec.SignerName)
-	}
-	req, err := parseRequest(csr)
-	if err != nil {
-		return err
-	}
-	if k, ok := req.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(own.key) {
-		return fmt.Errorf("CSR %s carries another public key than the node's", csr.Name)
-	}
-	if !matches(req, want) {
-		return fmt.Errorf("CSR %s asks for another subject or other addresses than the node's", csr.Name)
-	}
-	return nil
-}
-
-func parseRequest(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return nil, errors.New("no PEM block in spec.request")
-	}
-	return x509.ParseCertificateRequest(block.Bytes)
-}
-
-// matches reports whether req asks for the subject and addresses of want, and
-// nothing else.
-func matches(req, want *x509.CertificateRequest) bool {
-	if req.Subject.CommonName != want.Subject.CommonName ||
-		!slices.Equal(req.Subject.Organization, want.Subject.Organization) ||
-		len(req.EmailAddresses) != 0 || len(req.URIs) != 0 ||
-		!slices.Equal(req.DNSNames, want.DNSNames) || len(req.IPAddresses) != len(want.IPAddresses) {
-		return false
-	}
-	for i := range req.IPAddresses {
-		if !req.IPAddresses[i].Equal(want.IPAddresses[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // approvingClientset is a clientset whose CSR creations are reported to the approver.
 type approvingClientset struct {
 	kubernetes.Interface
-	a *ownCSRApprover
+	a *selfApprover
 }
 
 func (c *approvingClientset) CertificatesV1() certificatesclient.CertificatesV1Interface {
@@ -174,7 +135,7 @@ func (c *approvingClientset) CertificatesV1() certificatesclient.CertificatesV1I
 
 type approvingCertificates struct {
 	certificatesclient.CertificatesV1Interface
-	a *ownCSRApprover
+	a *selfApprover
 }
 
 func (c *approvingCertificates) CertificateSigningRequests() certificatesclient.CertificateSigningRequestInterface {
@@ -183,7 +144,7 @@ func (c *approvingCertificates) CertificateSigningRequests() certificatesclient.
 
 type approvingCSRs struct {
 	certificatesclient.CertificateSigningRequestInterface
-	a *ownCSRApprover
+	a *selfApprover
 }
 
 func (c *approvingCSRs) Create(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, opts metav1.CreateOptions) (*certificatesv1.CertificateSigningRequest, error) {

@@ -1,4 +1,4 @@
-package servingcert_test
+package identity_test
 
 import (
 	"context"
@@ -17,15 +17,9 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
-	"github.com/vkubelet/vkubelet/servingcert"
 )
-
-func TestMain(m *testing.M) {
-	// The controller-manager signs kubelet-serving certificates.
-	testenv.Main(m, controlplane.Config{ControllerManager: true})
-}
 
 // TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity is the probe's finding:
 // a ServiceAccount allowed only to create CSRs asks for a kubelet-serving
@@ -67,7 +61,7 @@ func TestANodeDoesNotApproveASomeoneElsesCSRForItsIdentity(t *testing.T) {
 		_ = c.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), foreign.Name, metav1.DeleteOptions{})
 	})
 
-	get, err := servingcert.Source(ctx, servingcert.Config{
+	get, err := identity.ServingCertificate(ctx, identity.ServingConfig{
 		NodeName: node, IPs: ips, DNSNames: []string{node}, Client: c, Dir: t.TempDir(),
 		AutoApprove: true, WaitTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -1,4 +1,4 @@
-package servingcert
+package identity
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 )
 
 func TestSelfSignedCoversTheNodeAddresses(t *testing.T) {
-	get, err := Source(context.Background(), Config{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
+	get, err := ServingCertificate(context.Background(), ServingConfig{SelfSigned: true, NodeName: "vk", IPs: []net.IP{net.ParseIP("10.1.2.3")}, DNSNames: []string{"vk"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,29 +63,4 @@ func csrFor(t *testing.T, cn string, org []string, ips []net.IP, dns []string) *
 	return &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
 		Request: pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateRequestBlockType, Bytes: der}),
 	}}
-}
-
-func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
-	ip := []net.IP{net.ParseIP("10.1.2.3")}
-	want := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:vk", Organization: []string{"system:nodes"}}, IPAddresses: ip, DNSNames: []string{"vk"}}
-	cases := []struct {
-		name string
-		csr  *certificatesv1.CertificateSigningRequest
-		ok   bool
-	}{
-		{"own", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk"}), true},
-		{"other node", csrFor(t, "system:node:other", []string{"system:nodes"}, ip, []string{"vk"}), false},
-		{"extra IP", csrFor(t, "system:node:vk", []string{"system:nodes"}, append(ip, net.ParseIP("8.8.8.8")), []string{"vk"}), false},
-		{"extra DNS", csrFor(t, "system:node:vk", []string{"system:nodes"}, ip, []string{"vk", "evil.example"}), false},
-		{"other group", csrFor(t, "system:node:vk", []string{"system:masters"}, ip, []string{"vk"}), false},
-	}
-	for _, tc := range cases {
-		req, err := parseRequest(tc.csr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := matches(req, want); got != tc.ok {
-			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.ok)
-		}
-	}
 }

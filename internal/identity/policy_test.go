@@ -1,4 +1,4 @@
-package csrapprover
+package identity
 
 import (
 	"crypto/ecdsa"
@@ -16,6 +16,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const bootstrapSA = "system:serviceaccount:vkubelet-system:vkubelet"
@@ -137,7 +138,7 @@ func TestTheInstallsNodesAreApprovedAndNoOthers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy()
-			d := p.Decide(tc.csr)
+			d := p.Decide(tc.csr, ByApprover)
 			if d.Verdict != tc.want || !strings.Contains(d.Reason, tc.why) {
 				t.Errorf("Decide: %s (%s), want %s with a reason saying %q", d.Verdict, d.Reason, tc.want, tc.why)
 			}
@@ -153,7 +154,7 @@ func TestARequestNotSignedByItsKeyIsDenied(t *testing.T) {
 	block.Bytes[len(block.Bytes)-1] ^= 0xff
 	csr.Spec.Request = pem.EncodeToMemory(block)
 	p := testPolicy()
-	if d := p.Decide(csr); d.Verdict != Deny {
+	if d := p.Decide(csr, ByApprover); d.Verdict != Deny {
 		t.Errorf("Decide: %s (%s), want Deny", d.Verdict, d.Reason)
 	}
 }
@@ -161,10 +162,10 @@ func TestARequestNotSignedByItsKeyIsDenied(t *testing.T) {
 func TestWithoutServingAddressesNoServingCertificateNamesOne(t *testing.T) {
 	p := testPolicy()
 	p.ServingIPs = nil
-	if d := p.Decide(servingCSR(t, "system:node:vk-a", "vk-a", []string{"vk-a"}, "10.244.3.4")); d.Verdict != Deny {
+	if d := p.Decide(servingCSR(t, "system:node:vk-a", "vk-a", []string{"vk-a"}, "10.244.3.4"), ByApprover); d.Verdict != Deny {
 		t.Errorf("Decide: %s (%s), want Deny", d.Verdict, d.Reason)
 	}
-	if d := p.Decide(servingCSR(t, "system:node:vk-a", "vk-a", []string{"vk-a"})); d.Verdict != Approve {
+	if d := p.Decide(servingCSR(t, "system:node:vk-a", "vk-a", []string{"vk-a"}), ByApprover); d.Verdict != Approve {
 		t.Errorf("a serving certificate of the node's name alone: %s (%s), want Approve", d.Verdict, d.Reason)
 	}
 }
@@ -208,5 +209,120 @@ func TestCIDRsAreReadFromPrefixesAndAddresses(t *testing.T) {
 	}
 	if _, err := ParseCIDRs("10.0.0.300"); err == nil {
 		t.Error("a bad address was read")
+	}
+}
+
+// TestOneDecisionForTheApproverAndTheNode asks the one decision as both its
+// callers do: the approver (ByApprover, testPolicy, which owns vk-a and vk-b
+// and serving addresses in 10.244.0.0/16) and node vk-a approving the serving
+// CSR it created, for its name and 10.244.3.4 (ByNode, with the CSR as the node
+// created it; after changes it later, as someone replacing it would).
+func TestOneDecisionForTheApproverAndTheNode(t *testing.T) {
+	want := &x509.CertificateRequest{Subject: nodeSubject("vk-a"), DNSNames: []string{"vk-a"}, IPAddresses: []net.IP{net.ParseIP("10.244.3.4")}}
+	asked := func(change func(*x509.CertificateRequest)) *x509.CertificateRequest {
+		tpl := *want
+		if change != nil {
+			change(&tpl)
+		}
+		return &tpl
+	}
+	serving := func(user string, tpl *x509.CertificateRequest, usages ...certificatesv1.KeyUsage) *certificatesv1.CertificateSigningRequest {
+		if usages == nil {
+			usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+		}
+		return &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: "csr-1", UID: "uid-1"},
+			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeletServingSignerName,
+				Username: user, Usages: usages, Request: request(t, tpl)},
+		}
+	}
+	const self = "system:node:vk-a"
+	badlySigned := serving(self, want)
+	block, _ := pem.Decode(badlySigned.Spec.Request)
+	block.Bytes[len(block.Bytes)-1] ^= 0xff
+	badlySigned.Spec.Request = pem.EncodeToMemory(block)
+	notACSR := serving(self, want)
+	block, _ = pem.Decode(notACSR.Spec.Request)
+	block.Type = "CERTIFICATE"
+	notACSR.Spec.Request = pem.EncodeToMemory(block)
+	decided := serving(self, want)
+	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue}}
+	client := clientCSR(t, self, "vk-a")
+	client.Name, client.UID = "csr-1", "uid-1"
+	u, _ := url.Parse("spiffe://cluster/ns/x")
+
+	for _, tc := range []struct {
+		name           string
+		csr            *certificatesv1.CertificateSigningRequest
+		after          func(*certificatesv1.CertificateSigningRequest) // after the node created it
+		approver, node Verdict
+		why            string // a part of both reasons, if any
+	}{
+		{name: "the node's serving certificate for its name and address", csr: serving(self, want), approver: Approve, node: Approve},
+		{name: "created with a credential that is not a node's (the node's kubeconfig)", csr: serving("kubernetes-admin", want), approver: Ignore, node: Approve},
+		{name: "a request whose signature does not verify against its key", csr: badlySigned, approver: Deny, node: Deny, why: "not signed by its key"},
+		{name: "a PEM block that is not a certificate request", csr: notACSR, approver: Deny, node: Deny, why: "no PEM CERTIFICATE REQUEST"},
+		{name: "decided already", csr: decided, approver: Ignore, node: Ignore, why: "decided already"},
+		{name: "the node's client certificate", csr: client, approver: Approve, node: Ignore},
+		{name: "deleted and created again under the node's CSR name", csr: serving(self, want), approver: Approve, node: Ignore,
+			after: func(c *certificatesv1.CertificateSigningRequest) { c.UID = "uid-2" }},
+		{name: "another requester's CSR for the node's identity", csr: serving(self, want), approver: Ignore, node: Ignore,
+			after: func(c *certificatesv1.CertificateSigningRequest) {
+				c.Name, c.UID, c.Spec.Username = "foreign", "uid-9", "system:serviceaccount:ns:sneaky"
+			}},
+		{name: "another key than the node's", csr: serving(self, want), approver: Approve, node: Deny,
+			after: func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Request = request(t, want) }},
+		{name: "an address that is not the node's", csr: serving(self, asked(func(r *x509.CertificateRequest) {
+			r.IPAddresses = append(r.IPAddresses, net.ParseIP("8.8.8.8"))
+		})), approver: Deny, node: Deny, why: "8.8.8.8 is not one of node vk-a's addresses"},
+		{name: "an address of the install's the node did not ask for", csr: serving(self, asked(func(r *x509.CertificateRequest) {
+			r.IPAddresses = []net.IP{net.ParseIP("10.244.9.9")}
+		})), approver: Approve, node: Deny},
+		{name: "fewer addresses than the node asked for", csr: serving(self, asked(func(r *x509.CertificateRequest) { r.IPAddresses = nil })),
+			approver: Approve, node: Deny},
+		{name: "another DNS name", csr: serving(self, asked(func(r *x509.CertificateRequest) { r.DNSNames = []string{"vk-a", "evil.example"} })),
+			approver: Deny, node: Deny, why: "DNS name"},
+		{name: "a URI", csr: serving(self, asked(func(r *x509.CertificateRequest) { r.URIs = []*url.URL{u} })),
+			approver: Deny, node: Deny, why: "URI"},
+		{name: "a node in system:masters too", csr: serving(self, asked(func(r *x509.CertificateRequest) {
+			r.Subject.Organization = []string{"system:nodes", "system:masters"}
+		})), approver: Deny, node: Deny, why: "organizations"},
+		{name: "an organizational unit in the subject", csr: serving(self, asked(func(r *x509.CertificateRequest) {
+			r.Subject.OrganizationalUnit = []string{"ops"}
+		})), approver: Deny, node: Deny, why: "more than a node's common name"},
+		{name: "a serving certificate that would also authenticate", csr: serving(self, want,
+			certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth, certificatesv1.UsageClientAuth),
+			approver: Deny, node: Deny, why: "key usage"},
+		{name: "another node's certificate", csr: serving(self, asked(func(r *x509.CertificateRequest) {
+			r.Subject = nodeSubject("vk-b")
+			r.DNSNames = []string{"vk-b"}
+		})), approver: Deny, node: Deny},
+		{name: "asked as another node", csr: serving("system:node:vk-b", want), approver: Deny, node: Deny,
+			why: `node "vk-b" asks for a certificate of node "vk-a"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			own := OwnRequest{Name: tc.csr.Name, UID: tc.csr.UID, Username: tc.csr.Spec.Username, Want: want}
+			if block, _ := pem.Decode(tc.csr.Spec.Request); block != nil {
+				if req, err := x509.ParseCertificateRequest(block.Bytes); err == nil {
+					own.Key = req.PublicKey
+				}
+			}
+			if tc.after != nil {
+				tc.after(tc.csr)
+			}
+			p, n := testPolicy(), nodePolicy(want)
+			for _, got := range []struct {
+				who  string
+				d    Decision
+				want Verdict
+			}{
+				{"the approver", p.Decide(tc.csr, ByApprover), tc.approver},
+				{"the node", n.Decide(tc.csr, ByNode(own)), tc.node},
+			} {
+				if got.d.Verdict != got.want || got.want != Ignore && !strings.Contains(got.d.Reason, tc.why) {
+					t.Errorf("%s: %s (%s), want %s with a reason saying %q", got.who, got.d.Verdict, got.d.Reason, got.want, tc.why)
+				}
+			}
+		})
 	}
 }

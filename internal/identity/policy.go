@@ -1,6 +1,7 @@
-package csrapprover
+package identity
 
 import (
+	"crypto"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -10,19 +11,22 @@ import (
 	"strings"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// Verdict is what the approver does with a CSR.
+// Verdict is what to do with a CSR. The approver carries out all three; a node
+// deciding on its own request approves it or leaves it alone, and denies
+// nothing.
 type Verdict int
 
 const (
-	// Ignore leaves the CSR alone: it is not the install's (another kubelet's,
-	// another tool's), or it is decided already.
+	// Ignore leaves the CSR alone: it is not the asker's (another kubelet's,
+	// another tool's; for a node, any but the object it created), or it is
+	// decided already.
 	Ignore Verdict = iota
 	// Approve approves it.
 	Approve
-	// Deny denies it: one of the install's requesters asked for what the
-	// install does not own.
+	// Deny denies it: the asker's requester asked for what it does not own.
 	Deny
 )
 
@@ -102,7 +106,8 @@ func (s AnyOf) Contains(node string, ip net.IP) bool {
 	return false
 }
 
-// Policy says which requests are the install's and which of those to approve.
+// Policy says which requests are the install's and which of those to approve:
+// the approver's, from its flags, or a node's own (nodePolicy).
 type Policy struct {
 	// Names are the node names the install owns, and Prefixes the prefixes of
 	// the names it owns (a NodeSet template's names, say): a request for any
@@ -143,19 +148,90 @@ var (
 	servingUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth}
 )
 
-// Decide says what to do with csr. It reads nothing but csr and the policy.
-func (p *Policy) Decide(csr *certificatesv1.CertificateSigningRequest) Decision {
+// Asker is who asks for a decision: the approver, for any node its Policy owns,
+// or a node, for the one request it created. The rules are the same for both
+// but where they say otherwise:
+//
+//   - whose request it is: the approver's are those of the Policy's requesters
+//     and of its nodes renewing their own certificates (anyone else's it
+//     ignores); a node's is the very object it created — its name, UID and
+//     spec.username as the API server answered the node's Create — and no
+//     other;
+//   - which signers: both node signers for the approver; kubelet-serving alone
+//     for a node, whose client certificate is never its own to approve;
+//   - the key: a node's request carries the public key of the request it sent;
+//   - the names and addresses: a node's request asks for exactly those the
+//     node asked for, no fewer, in the same order.
+type Asker struct {
+	// own is the request a node created, when the node asks; nil when the
+	// approver asks.
+	own *OwnRequest
+}
+
+// ByApprover is the approver, deciding on the requests of any of its Policy's
+// nodes.
+var ByApprover = Asker{}
+
+// ByNode is a node deciding on own, the request it created, and on no other.
+func ByNode(own OwnRequest) Asker { return Asker{own: &own} }
+
+// OwnRequest is a CSR a node created: what the API server answered to the
+// node's own Create, which no one else can forge, and what the node asked for.
+type OwnRequest struct {
+	Name     string
+	UID      types.UID
+	Username string // spec.username: the identity the API server saw create it
+	Key      crypto.PublicKey
+	// Want is the node's certificate request: the subject, DNS names and IP
+	// addresses it asked for.
+	Want *x509.CertificateRequest
+}
+
+// notThis says why csr is not the object o describes; "" if it is.
+func (o *OwnRequest) notThis(csr *certificatesv1.CertificateSigningRequest) string {
+	switch {
+	case csr.Name != o.Name || csr.UID != o.UID:
+		return fmt.Sprintf("CSR %s (UID %s) is not the one the node created (%s, UID %s)", csr.Name, csr.UID, o.Name, o.UID)
+	case csr.Spec.Username != o.Username:
+		return fmt.Sprintf("CSR %s was created by %q, not by the node's identity %q", csr.Name, csr.Spec.Username, o.Username)
+	}
+	return ""
+}
+
+// signers are the signers whose requests the asker decides on.
+func (a Asker) signers() []string {
+	if a.own != nil {
+		return []string{certificatesv1.KubeletServingSignerName}
+	}
+	return []string{certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName}
+}
+
+// Decide says what to do with csr when by asks. It reads nothing but csr, the
+// policy and by. Every rule of which node CSR to approve is here, once, for the
+// approver and for a node approving its own; where the two differ, by says how
+// (Asker).
+func (p *Policy) Decide(csr *certificatesv1.CertificateSigningRequest, by Asker) Decision {
 	if Decided(csr) {
 		return Decision{Ignore, "decided already"}
 	}
 	signer := csr.Spec.SignerName
-	if signer != certificatesv1.KubeAPIServerClientKubeletSignerName && signer != certificatesv1.KubeletServingSignerName {
+	if !slices.Contains(by.signers(), signer) {
 		return Decision{Ignore, "signer " + signer + " is not a node's"}
 	}
-	// Whose request is it? A node of the install renewing its own, or the
-	// install's bootstrap account; anyone else's is left alone.
+	// Whose request is it? The approver's: the install's bootstrap account's,
+	// or one of the install's nodes renewing its own; a node's: the object it
+	// created. Anyone else's is left alone. renewing is the node that asks, if
+	// a node asks: it may ask only for itself.
 	renewing, isNode := strings.CutPrefix(csr.Spec.Username, nodeUserPrefix)
+	own := by.own
 	switch {
+	case own != nil:
+		if why := own.notThis(csr); why != "" {
+			return Decision{Ignore, why}
+		}
+		if !isNode {
+			renewing = ""
+		}
 	case isNode && p.Owns(renewing):
 	case p.isRequester(csr.Spec.Username, csr.Spec.Groups):
 		renewing = ""
@@ -166,6 +242,11 @@ func (p *Policy) Decide(csr *certificatesv1.CertificateSigningRequest) Decision 
 	req, err := parseRequest(csr.Spec.Request)
 	if err != nil {
 		return Decision{Deny, err.Error()}
+	}
+	if own != nil {
+		if k, ok := req.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(own.Key) {
+			return Decision{Deny, fmt.Sprintf("CSR %s carries another public key than the node's", csr.Name)}
+		}
 	}
 	node, ok := strings.CutPrefix(req.Subject.CommonName, nodeUserPrefix)
 	switch {
@@ -210,7 +291,17 @@ func (p *Policy) Decide(csr *certificatesv1.CertificateSigningRequest) Decision 
 			return Decision{Deny, fmt.Sprintf("IP address %s is not one of node %s's addresses", ip, node)}
 		}
 	}
+	if own != nil && !sameAddresses(req, own.Want) {
+		return Decision{Deny, fmt.Sprintf("CSR %s asks for other names or addresses than the node asked for", csr.Name)}
+	}
 	return Decision{Approve, fmt.Sprintf("serving certificate of node %s, one of this install's, for its own addresses", node)}
+}
+
+// sameAddresses reports whether req names the DNS names and IP addresses of
+// want, in the same order, and no others.
+func sameAddresses(req, want *x509.CertificateRequest) bool {
+	return slices.Equal(req.DNSNames, want.DNSNames) &&
+		slices.EqualFunc(req.IPAddresses, want.IPAddresses, func(a, b net.IP) bool { return a.Equal(b) })
 }
 
 func (p *Policy) isRequester(user string, groups []string) bool {
@@ -239,6 +330,10 @@ func checkUsages(usages []certificatesv1.KeyUsage, required certificatesv1.KeyUs
 	return ""
 }
 
+// parseRequest is the one parser of a CSR's spec.request: a PEM CERTIFICATE
+// REQUEST whose signature verifies against its own public key. A request signed
+// by another key is a copy of someone else's request with its subject or
+// addresses changed, and its key's holder asked for nothing.
 func parseRequest(b []byte) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(b)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {

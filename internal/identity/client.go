@@ -1,20 +1,4 @@
-// Package clientcert gives a node its own identity towards the API server, as the
-// kubelet's TLS bootstrap does: a client certificate for `system:node:<name>` in
-// the group `system:nodes`, which the API server's Node authorizer and
-// NodeRestriction admission plugin recognise and confine to the node's own
-// objects and the objects its pods reference.
-//
-// The first certificate is asked for with a bootstrap credential (a bootstrap
-// token, typically, allowed to create CSRs for the
-// kubernetes.io/kube-apiserver-client-kubelet signer and auto-approved by
-// kube-controller-manager); later ones are asked for with the current
-// certificate, before it expires. client-go's certificate manager does the
-// asking and keeps the pair in a directory, so a restart reuses it; client-go's
-// transport re-reads the pair from that file, so connections move to a renewed
-// certificate without a restart.
-//
-// It is used by internal/process/agent; it knows nothing of pods or providers.
-package clientcert
+package identity
 
 import (
 	"context"
@@ -33,8 +17,9 @@ import (
 	"k8s.io/client-go/util/certificate"
 )
 
-// Config says who the node is and how it gets its first certificate.
-type Config struct {
+// ClientConfig says who the node is and how it gets its first client
+// certificate.
+type ClientConfig struct {
 	NodeName string
 	// Bootstrap is the credential used while the node has no valid certificate of
 	// its own. Only its server, CA and credentials are used.
@@ -48,14 +33,14 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
-// pairPrefix names the certificate files in Dir, as the kubelet names its own.
-const pairPrefix = "kubelet-client"
+// clientPairPrefix names the certificate files in Dir, as the kubelet names its own.
+const clientPairPrefix = "kubelet-client"
 
-// Start returns a client configuration that authenticates as the node with its
-// own certificate. It asks for one with the bootstrap credential if Dir holds
-// none that is valid, and returns once one is issued. Until ctx ends the
+// StartClient returns a client configuration that authenticates as the node
+// with its own certificate. It asks for one with the bootstrap credential if Dir
+// holds none that is valid, and returns once one is issued. Until ctx ends the
 // certificate is renewed before it expires.
-func Start(ctx context.Context, cfg Config) (*rest.Config, error) {
+func StartClient(ctx context.Context, cfg ClientConfig) (*rest.Config, error) {
 	if cfg.NodeName == "" || cfg.Dir == "" || cfg.Bootstrap == nil {
 		return nil, errors.New("client certificate: NodeName, Dir and Bootstrap are required")
 	}
@@ -65,11 +50,11 @@ func Start(ctx context.Context, cfg Config) (*rest.Config, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	store, err := certificate.NewFileStore(pairPrefix, cfg.Dir, cfg.Dir, "", "")
+	store, err := certificate.NewFileStore(clientPairPrefix, cfg.Dir, cfg.Dir, "", "")
 	if err != nil {
 		return nil, fmt.Errorf("client certificate store: %w", err)
 	}
-	nodeCfg := NodeConfig(cfg.Bootstrap, store.CurrentPath())
+	nodeCfg := nodeConfig(cfg.Bootstrap, store.CurrentPath())
 	bootstrap, err := kubernetes.NewForConfig(cfg.Bootstrap)
 	if err != nil {
 		return nil, err
@@ -84,7 +69,7 @@ func Start(ctx context.Context, cfg Config) (*rest.Config, error) {
 			}
 			return kubernetes.NewForConfig(nodeCfg)
 		},
-		Template: template(cfg.NodeName),
+		Template: clientTemplate(cfg.NodeName),
 		// ECDSA keys, so no key encipherment: the usages the
 		// kube-apiserver-client-kubelet signer and its approver accept.
 		SignerName:       certificatesv1.KubeAPIServerClientKubeletSignerName,
@@ -95,26 +80,12 @@ func Start(ctx context.Context, cfg Config) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client certificate manager: %w", err)
 	}
-	m.Start()
-	go func() { <-ctx.Done(); m.Stop() }()
-
-	start, lastLog := time.Now(), time.Time{}
-	for m.Current() == nil {
-		if cfg.WaitTimeout > 0 && time.Since(start) > cfg.WaitTimeout {
-			m.Stop()
-			return nil, fmt.Errorf("no client certificate after %s: is the %s CSR of node %s approved? (kubectl get csr)",
-				cfg.WaitTimeout, certificatesv1.KubeAPIServerClientKubeletSignerName, cfg.NodeName)
-		}
-		if time.Since(lastLog) > time.Minute {
-			cfg.Logger.Info("waiting for the node's client certificate (TLS bootstrap): its CSR must be approved (kubectl get csr)", "node", cfg.NodeName)
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			m.Stop()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := startManager(ctx, m, awaited{
+		node: cfg.NodeName, kind: "client", signer: certificatesv1.KubeAPIServerClientKubeletSignerName,
+		timeout: cfg.WaitTimeout, log: cfg.Logger,
+		waiting: "waiting for the node's client certificate (TLS bootstrap): its CSR must be approved (kubectl get csr)",
+	}); err != nil {
+		return nil, err
 	}
 	cert := m.Current()
 	if err := checkIdentity(cert, cfg.NodeName); err != nil {
@@ -125,17 +96,17 @@ func Start(ctx context.Context, cfg Config) (*rest.Config, error) {
 	return nodeCfg, nil
 }
 
-// template is the certificate request of node name: the subject the Node
-// authorizer maps to the node.
-func template(name string) *x509.CertificateRequest {
+// clientTemplate is the client certificate request of node name: the subject
+// the Node authorizer maps to the node.
+func clientTemplate(name string) *x509.CertificateRequest {
 	return &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}}}
 }
 
-// NodeConfig is bootstrap's server and CA with the certificate and key of the
+// nodeConfig is bootstrap's server and CA with the certificate and key of the
 // PEM file pair (both in one file, as the certificate store writes them) as the
 // credential. Given as file names, client-go's transport re-reads them every few
 // minutes and moves to a renewed certificate by itself.
-func NodeConfig(bootstrap *rest.Config, pair string) *rest.Config {
+func nodeConfig(bootstrap *rest.Config, pair string) *rest.Config {
 	out := rest.AnonymousClientConfig(bootstrap)
 	out.TLSClientConfig.CertFile, out.TLSClientConfig.KeyFile = pair, pair
 	out.TLSClientConfig.CertData, out.TLSClientConfig.KeyData = nil, nil

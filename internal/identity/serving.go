@@ -1,15 +1,4 @@
-// Package servingcert provides the TLS certificate of the kubelet API: from files,
-// from the cluster through a certificates.k8s.io CSR with the
-// kubernetes.io/kubelet-serving signer (renewed before it expires, as the kubelet's
-// own serving certificate is), or self-signed when explicitly asked for.
-//
-// A kubelet-serving CSR must be approved by a cluster admin. For development
-// clusters, AutoApprove makes the node approve its own CSRs — the very objects it
-// created, with its key, as its identity, for exactly its own name and addresses;
-// never anyone else's — which needs the right to approve CSRs for that signer.
-//
-// It is used by internal/process/agent; it knows nothing of pods or providers.
-package servingcert
+package identity
 
 import (
 	"context"
@@ -33,10 +22,10 @@ import (
 	"k8s.io/client-go/util/certificate"
 )
 
-// Config says where the certificate comes from. With CertFile and KeyFile set they
+// ServingConfig says where the serving certificate comes from. With CertFile and KeyFile set they
 // are used; else with SelfSigned a self-signed certificate is made; else a CSR is
 // sent to the cluster.
-type Config struct {
+type ServingConfig struct {
 	CertFile, KeyFile string
 	SelfSigned        bool
 
@@ -62,12 +51,12 @@ type Config struct {
 // tls.Config's GetCertificate does.
 type GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
-// Source returns what hands out the node's current serving certificate. On the
+// ServingCertificate returns what hands out the node's current serving certificate. On the
 // CSR path it returns once the first certificate is issued; the manager keeps
 // renewing it until ctx ends. A process serving many nodes' kubelet APIs on one
 // kubeletapi.Port keeps this alone of each node, and one TLS configuration
 // (a tls.Config is some 500 bytes) for all.
-func Source(ctx context.Context, cfg Config) (GetCertificate, error) {
+func ServingCertificate(ctx context.Context, cfg ServingConfig) (GetCertificate, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -86,7 +75,7 @@ func Source(ctx context.Context, cfg Config) (GetCertificate, error) {
 		cfg.Logger.Warn("serving the kubelet API with a self-signed certificate; the API server cannot verify it")
 		return fixed(cert), nil
 	default:
-		return fromCSR(ctx, cfg)
+		return servingFromCSR(ctx, cfg)
 	}
 }
 
@@ -95,7 +84,7 @@ func fixed(cert *tls.Certificate) GetCertificate {
 	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil }
 }
 
-func fromCSR(ctx context.Context, cfg Config) (GetCertificate, error) {
+func servingFromCSR(ctx context.Context, cfg ServingConfig) (GetCertificate, error) {
 	if cfg.Client == nil || cfg.NodeName == "" || cfg.Dir == "" {
 		return nil, errors.New("serving certificate by CSR: Client, NodeName and Dir are required")
 	}
@@ -117,8 +106,7 @@ func fromCSR(ctx context.Context, cfg Config) (GetCertificate, error) {
 		if approvingClient == nil {
 			approvingClient = cfg.Client
 		}
-		approver := &ownCSRApprover{ctx: ctx, client: cfg.Client, approver: approvingClient, want: template, log: cfg.Logger, backoff: defaultApprovalBackoff}
-		client = approver.clientset()
+		client = newSelfApprover(ctx, cfg.Client, approvingClient, template, cfg.Logger).clientset()
 	}
 	m, err := certificate.NewManager(&certificate.Config{
 		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },
@@ -132,25 +120,12 @@ func fromCSR(ctx context.Context, cfg Config) (GetCertificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate manager: %w", err)
 	}
-	m.Start()
-	go func() { <-ctx.Done(); m.Stop() }()
-
-	start := time.Now()
-	lastLog := time.Time{}
-	for m.Current() == nil {
-		if cfg.WaitTimeout > 0 && time.Since(start) > cfg.WaitTimeout {
-			return nil, fmt.Errorf("no serving certificate after %s: is the %s CSR of node %s approved? (kubectl get csr)",
-				cfg.WaitTimeout, certificatesv1.KubeletServingSignerName, cfg.NodeName)
-		}
-		if !cfg.AutoApprove && time.Since(lastLog) > time.Minute {
-			cfg.Logger.Info("waiting for the kubelet-serving CSR to be approved (kubectl get csr; kubectl certificate approve <name>)", "node", cfg.NodeName)
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	w := awaited{node: cfg.NodeName, kind: "serving", signer: certificatesv1.KubeletServingSignerName, timeout: cfg.WaitTimeout, log: cfg.Logger}
+	if !cfg.AutoApprove {
+		w.waiting = "waiting for the kubelet-serving CSR to be approved (kubectl get csr; kubectl certificate approve <name>)"
+	}
+	if err := startManager(ctx, m, w); err != nil {
+		return nil, err
 	}
 	cfg.Logger.Info("serving certificate issued by the cluster", "node", cfg.NodeName)
 	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) {

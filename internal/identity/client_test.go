@@ -1,4 +1,4 @@
-package clientcert
+package identity
 
 import (
 	"crypto/ecdsa"
@@ -41,7 +41,7 @@ func TestCheckIdentityRefusesAnotherNodesCertificate(t *testing.T) {
 }
 
 func TestTemplateIsTheNodesSubject(t *testing.T) {
-	tmpl := template("vk")
+	tmpl := clientTemplate("vk")
 	if tmpl.Subject.CommonName != "system:node:vk" || len(tmpl.Subject.Organization) != 1 || tmpl.Subject.Organization[0] != "system:nodes" {
 		t.Errorf("subject %+v", tmpl.Subject)
 	}
@@ -50,7 +50,7 @@ func TestTemplateIsTheNodesSubject(t *testing.T) {
 func TestNodeConfigKeepsServerAndCAButNotTheBootstrapCredential(t *testing.T) {
 	bootstrap := &rest.Config{Host: "https://api:6443", BearerToken: "abcdef.0123456789abcdef",
 		TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CertData: []byte("c"), KeyData: []byte("k")}}
-	c := NodeConfig(bootstrap, "/pki/kubelet-client-current.pem")
+	c := nodeConfig(bootstrap, "/pki/kubelet-client-current.pem")
 	if c.Host != bootstrap.Host || string(c.TLSClientConfig.CAData) != "ca" {
 		t.Errorf("server or CA lost: %+v", c)
 	}

@@ -1,4 +1,4 @@
-package csrapprover_test
+package identity_test
 
 import (
 	"context"
@@ -14,21 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/vkubelet/vkubelet/clientcert"
-	"github.com/vkubelet/vkubelet/csrapprover"
-	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
+	"github.com/vkubelet/vkubelet/internal/identity"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
-func TestMain(m *testing.M) {
-	// kube-controller-manager signs what is approved, and approves node-client
-	// CSRs of requesters holding the nodeclient right, which ours do not.
-	testenv.Main(m, controlplane.Config{ControllerManager: true})
-}
-
-func startApprover(t *testing.T, p csrapprover.Policy) {
+func startApprover(t *testing.T, p identity.Policy) {
 	t.Helper()
-	ctrl, err := csrapprover.NewController(csrapprover.Config{
+	ctrl, err := identity.NewApprover(identity.ApproverConfig{
 		Client: testenv.Client(t), Policy: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -57,9 +49,9 @@ func TestAStolenBootstrapTokenObtainsOnlyTheInstallsNodes(t *testing.T) {
 	// approve it (the account lacks nodeclient), and the approver denies it.
 	early := testenv.AskForNodeCertificate(t, stolen, certificatesv1.KubeAPIServerClientKubeletSignerName, "victim-early")
 
-	startApprover(t, csrapprover.Policy{
+	startApprover(t, identity.Policy{
 		Names: []string{"owned-a", "owned-b", "owned-c"}, Requesters: []string{user},
-		ServingIPs: csrapprover.CIDRs{netip.MustParsePrefix("10.250.0.7/32")},
+		ServingIPs: identity.CIDRs{netip.MustParsePrefix("10.250.0.7/32")},
 	})
 	client := map[string]string{}
 	for _, node := range []string{"owned-a", "owned-b", "owned-c", "victim-node", "owned-d"} {
@@ -109,17 +101,17 @@ func TestAStolenBootstrapTokenObtainsOnlyTheInstallsNodes(t *testing.T) {
 }
 
 // A node of the install bootstraps its identity through the approver with the
-// bootstrap account, as the node agent does (clientcert), and renews it as
+// bootstrap account, as the node agent does (StartClient), and renews it as
 // itself; it cannot ask, as itself, for another node's identity.
 func TestAnInstallsNodeBootstrapsAndRenewsThroughTheApprover(t *testing.T) {
 	ns := testenv.Namespace(t)
 	user, _ := testenv.CSRCreator(t, ns, "vk-bootstrap")
-	startApprover(t, csrapprover.Policy{Names: []string{"vk-boot"}, Requesters: []string{user}})
+	startApprover(t, identity.Policy{Names: []string{"vk-boot"}, Requesters: []string{user}})
 	// The node agent's bootstrap configuration: the API server and a token.
 	boot := testenv.TokenConfig(t, ns, "vk-bootstrap")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	nodeCfg, err := clientcert.Start(ctx, clientcert.Config{NodeName: "vk-boot", Bootstrap: boot, Dir: t.TempDir(), WaitTimeout: time.Minute,
+	nodeCfg, err := identity.StartClient(ctx, identity.ClientConfig{NodeName: "vk-boot", Bootstrap: boot, Dir: t.TempDir(), WaitTimeout: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
