@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vkubelet/vkubelet/internal/identity"
+	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 	"github.com/vkubelet/vkubelet/internal/lab/testenv"
 )
 
