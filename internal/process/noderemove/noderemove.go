@@ -298,7 +298,10 @@ func (r *remover) drain(ctx context.Context, s stage) error {
 		}
 		return false, nil
 	})
-	if err != nil && err == ctx.Err() { // ctx ended while waiting, not in a step
+	// ctx ended while waiting, or in a step (a list or an eviction in flight
+	// when the time ran out): what the last list found says more than the cut
+	// request. Before any list there is nothing to name.
+	if err != nil && ctx.Err() != nil && waiting >= 0 {
 		return stuck(context.Cause(ctx), left, refused, evicted)
 	}
 	return err

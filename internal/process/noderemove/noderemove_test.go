@@ -370,6 +370,29 @@ func TestTheBudgetsRefusalOutlivesAClientsFailure(t *testing.T) {
 	}
 }
 
+// The time running out while the node's pods are being listed does not hide
+// what the lists before found: the pods left and why.
+func TestTheTimeRunningOutInAListNamesThePodsTheLastListFound(t *testing.T) {
+	f := newFixture(t, testNode(), pod("guarded"))
+	f.refuse["guarded"] = -1
+	timeout := errors.New("the removal's --timeout of 30s passed")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	lists := 0
+	f.client.PrependReactor("list", "pods", func(a core.Action) (bool, runtime.Object, error) {
+		if lists++; lists < 3 {
+			return false, nil, nil
+		}
+		cancel(timeout) // the deadline passes while this list is in flight
+		return true, nil, context.DeadlineExceeded
+	})
+	err := Remove(ctx, f.config(), nodeName)
+	if !errors.Is(err, timeout) || !strings.Contains(err.Error(), "1 pod still bound") ||
+		!strings.Contains(err.Error(), "ns/guarded (eviction refused: Cannot evict pod as it would violate the pod's disruption budget.") {
+		t.Fatalf("Remove = %v, want the timeout with the pod left and the budget's refusal", err)
+	}
+}
+
 // A request the credential may not make fails the removal at once, naming
 // the step; it is not retried until the time is up.
 func TestAForbiddenRequestFailsAtOnce(t *testing.T) {
