@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -43,11 +45,12 @@ type selfApprover struct {
 	log    *slog.Logger
 	// backoff paces the retries of one approval (the API server may be away).
 	backoff wait.Backoff
+	timeout time.Duration // how long one approval is tried
 	wg      sync.WaitGroup
 }
 
 func newSelfApprover(ctx context.Context, client, approver kubernetes.Interface, want *x509.CertificateRequest, log *slog.Logger) *selfApprover {
-	return &selfApprover{ctx: ctx, client: client, approver: approver, want: want, policy: nodePolicy(want), log: log, backoff: defaultApprovalBackoff}
+	return &selfApprover{ctx: ctx, client: client, approver: approver, want: want, policy: nodePolicy(want), log: log, backoff: defaultApprovalBackoff, timeout: defaultApprovalTimeout}
 }
 
 // nodePolicy is the Policy of a node deciding on its own request want: its own
@@ -91,13 +94,19 @@ func (a *selfApprover) created(csr *certificatesv1.CertificateSigningRequest) {
 // approve approves own, trying again with back-off until it is approved,
 // denied, gone or the node stops.
 func (a *selfApprover) approve(own OwnRequest) {
-	err := wait.ExponentialBackoffWithContext(a.ctx, a.backoff, func(ctx context.Context) (bool, error) {
+	// wait.ExponentialBackoffWithContext would give up once the back-off
+	// reaches its cap; the delays go on at the cap until the time is up.
+	ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+	defer cancel()
+	var last error // the last failure tried again, said if the time runs out
+	err := a.backoff.DelayFunc().Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		csr, err := a.approver.CertificatesV1().CertificateSigningRequests().Get(ctx, own.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, err
 		}
 		if err != nil {
 			a.log.Debug("reading the node's CSR; will retry", "csr", own.Name, "error", err)
+			last = err
 			return false, nil
 		}
 		if Decided(csr) {
@@ -113,12 +122,16 @@ func (a *selfApprover) approve(own OwnRequest) {
 		_, err = a.approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
 		if err != nil {
 			a.log.Debug("approving the node's CSR; will retry", "csr", own.Name, "error", err)
+			last = err
 			return false, nil
 		}
 		a.log.Info("approved own serving CSR", "csr", own.Name)
 		return true, nil
 	})
 	if err != nil && a.ctx.Err() == nil {
+		if ctx.Err() != nil && last != nil {
+			err = fmt.Errorf("gave up after %s: %w", a.timeout, last)
+		}
 		a.log.Warn("not approving serving CSR", "csr", own.Name, "error", err)
 	}
 }
@@ -155,5 +168,10 @@ func (c *approvingCSRs) Create(ctx context.Context, csr *certificatesv1.Certific
 	return out, err
 }
 
-// defaultApprovalBackoff retries an approval for about ten minutes.
-var defaultApprovalBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 12, Cap: time.Minute}
+// defaultApprovalBackoff spaces the tries of an approval: from 200 ms, doubling
+// to once a minute, for defaultApprovalTimeout.
+var defaultApprovalBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: time.Minute}
+
+// defaultApprovalTimeout is how long an approval is tried; then the node logs
+// that it gave up, with the last reason.
+const defaultApprovalTimeout = 10 * time.Minute

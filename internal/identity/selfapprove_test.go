@@ -1,12 +1,15 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +143,41 @@ func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
 		if got := d.Verdict == Approve; got != tc.ok {
 			t.Errorf("%s: %s (%s), want approved %v", tc.name, d.Verdict, d.Reason, tc.ok)
 		}
+	}
+}
+
+// An approval the API server keeps failing is tried past the back-off's cap,
+// until its time is up, and the warning then says what kept failing.
+func TestAnApprovalIsTriedUntilItsTimeIsUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fake.NewClientset()
+	c.PrependReactor("create", "certificatesigningrequests", func(a core.Action) (bool, runtime.Object, error) {
+		obj := a.(core.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
+		obj.UID = types.UID("uid-" + obj.Name)
+		return false, nil, nil
+	})
+	gets := 0
+	c.PrependReactor("update", "certificatesigningrequests", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "approval" {
+			gets++
+			return true, nil, errors.New("the API server is away")
+		}
+		return false, nil, nil
+	})
+	var log bytes.Buffer
+	a := newSelfApprover(ctx, c, c, nodeTemplate, slog.New(slog.NewTextHandler(&log, nil)))
+	// Capped at the second delay: ExponentialBackoffWithContext would stop there.
+	a.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 100, Cap: 2 * time.Millisecond}
+	a.timeout = 200 * time.Millisecond
+	if _, err := a.clientset().CertificatesV1().CertificateSigningRequests().Create(ctx, ownServingCSR(t, "own", "kubernetes-admin"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.wg.Wait()
+	if gets < 10 {
+		t.Errorf("the approval was tried %d times in %s with delays of 2 ms at most; want it tried until the time was up", gets, a.timeout)
+	}
+	if !strings.Contains(log.String(), "gave up after 200ms: the API server is away") {
+		t.Errorf("the warning does not say what kept failing:\n%s", log.String())
 	}
 }
