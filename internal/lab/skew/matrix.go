@@ -50,25 +50,57 @@ func WriteMatrix(w io.Writer, suites []Suite, releases []Release) {
 		}
 		fmt.Fprintln(w)
 	}
-	for _, o := range []Outcome{Failed, NotApplicable} {
-		heading := map[Outcome]string{Failed: "Failed", NotApplicable: "Not applicable"}[o]
-		first := true
-		for _, r := range tested {
-			for _, t := range r.Tests {
-				if t.Outcome != o {
-					continue
-				}
-				if first {
-					fmt.Fprintf(w, "\n%s:\n\n", heading)
-					first = false
-				}
-				name := t.Test
-				if name == "" {
-					name = "(the package)"
-				}
-				fmt.Fprintf(w, "- %s `%s` %s: %s\n", r.Version, shortPackage(t.Package), name, oneLine(t.Reason))
+	first := true
+	for _, r := range tested {
+		for _, t := range r.Tests {
+			if t.Outcome != Failed {
+				continue
 			}
+			if first {
+				fmt.Fprint(w, "\nFailed:\n\n")
+				first = false
+			}
+			name := t.Test
+			if name == "" {
+				name = "(the package)"
+			}
+			fmt.Fprintf(w, "- %s `%s` %s: %s\n", r.Version, shortPackage(t.Package), name, oneLine(t.Reason))
 		}
+	}
+	writeNotApplicable(w, tested)
+}
+
+// writeNotApplicable lists each test not applicable somewhere once, with what
+// it needs and the releases it skipped on.
+func writeNotApplicable(w io.Writer, releases []Release) {
+	type skip struct{ pkg, test, why string }
+	var order []skip
+	on := map[skip][]string{}
+	for _, r := range releases {
+		for _, t := range r.Tests {
+			if t.Outcome != NotApplicable {
+				continue
+			}
+			why := t.Reason
+			if i := strings.Index(why, "not applicable: "); i >= 0 {
+				why = why[i+len("not applicable: "):]
+			}
+			if i := strings.LastIndex(why, "; the control plane is "); i >= 0 {
+				why = why[:i]
+			}
+			k := skip{shortPackage(t.Package), t.Test, why}
+			if on[k] == nil {
+				order = append(order, k)
+			}
+			on[k] = append(on[k], r.Version)
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nNot applicable:\n\n")
+	for _, k := range order {
+		fmt.Fprintf(w, "- `%s` %s: %s (on %s)\n", k.pkg, k.test, oneLine(k.why), strings.Join(on[k], ", "))
 	}
 }
 

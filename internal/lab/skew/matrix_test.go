@@ -23,7 +23,7 @@ func TestTheMatrixNamesEveryFailureAndEveryTestNotApplicable(t *testing.T) {
 		"| v1.29.0 | – | – | – | not built: Kubernetes v1.29.0 cannot be built here | – |  |",
 		"| pods | `pod` | 1 + 1 failed + 1 n/a |",
 		"- v1.30.14 `pod` TestB: b_test.go:3: the pod never ran",
-		"- v1.30.14 `pod` TestC: not applicable: resize needs Kubernetes 1.33",
+		"- `pod` TestC: resize needs Kubernetes 1.33 (on v1.30.14)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the matrix lacks %q:\n%s", want, out)
