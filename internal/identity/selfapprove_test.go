@@ -58,13 +58,7 @@ func csrDecided(t *testing.T, c *fake.Clientset, name string) bool {
 func TestTheNodeApprovesTheCSRItCreatedAndNoOther(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := fake.NewClientset()
-	// The API server gives every CSR a UID.
-	c.PrependReactor("create", "certificatesigningrequests", func(a core.Action) (bool, runtime.Object, error) {
-		obj := a.(core.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
-		obj.UID = types.UID("uid-" + obj.Name)
-		return false, nil, nil
-	})
+	c := clientsetGivingUIDs()
 	a := newSelfApprover(ctx, c, c, nodeTemplate, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 3}
 
@@ -151,12 +145,7 @@ func TestAutoApproveMatchesOnlyTheNodesSubjectAndAddresses(t *testing.T) {
 func TestAnApprovalIsTriedUntilItsTimeIsUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := fake.NewClientset()
-	c.PrependReactor("create", "certificatesigningrequests", func(a core.Action) (bool, runtime.Object, error) {
-		obj := a.(core.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
-		obj.UID = types.UID("uid-" + obj.Name)
-		return false, nil, nil
-	})
+	c := clientsetGivingUIDs()
 	gets := 0
 	c.PrependReactor("update", "certificatesigningrequests", func(a core.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "approval" {
@@ -180,4 +169,16 @@ func TestAnApprovalIsTriedUntilItsTimeIsUp(t *testing.T) {
 	if !strings.Contains(log.String(), "gave up after 200ms: the API server is away") {
 		t.Errorf("the warning does not say what kept failing:\n%s", log.String())
 	}
+}
+
+// clientsetGivingUIDs is a fake clientset that, as the API server does, gives
+// every CSR created a UID.
+func clientsetGivingUIDs() *fake.Clientset {
+	c := fake.NewClientset()
+	c.PrependReactor("create", "certificatesigningrequests", func(a core.Action) (bool, runtime.Object, error) {
+		obj := a.(core.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
+		obj.UID = types.UID("uid-" + obj.Name)
+		return false, nil, nil
+	})
+	return c
 }
