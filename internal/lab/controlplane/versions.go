@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // KubernetesVersionEnv names the environment variable that picks the Kubernetes
@@ -101,17 +103,14 @@ func defaultKubernetes() component {
 	return c
 }
 
-// releaseLess orders releases v1.<minor>.<patch> numerically.
+// releaseLess orders releases v1.<minor>.<patch> by their numbers.
 func releaseLess(a, b string) bool {
-	pa, pb := strings.Split(strings.TrimPrefix(a, "v"), "."), strings.Split(strings.TrimPrefix(b, "v"), ".")
-	for i := 0; i < len(pa) && i < len(pb); i++ {
-		x, _ := strconv.Atoi(pa[i])
-		y, _ := strconv.Atoi(pb[i])
-		if x != y {
-			return x < y
-		}
+	va, errA := utilversion.ParseGeneric(a)
+	vb, errB := utilversion.ParseGeneric(b)
+	if errA != nil || errB != nil {
+		return a < b
 	}
-	return len(pa) < len(pb)
+	return va.LessThan(vb)
 }
 
 // Built reports whether release version's control plane is in the cache as
