@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vkubelet/vkubelet/internal/lab/bench"
 	"github.com/vkubelet/vkubelet/internal/lab/controlplane"
 )
 
@@ -180,12 +181,7 @@ func runBench(ctx context.Context, cfg Config, v string) *Bench {
 		b.Error = fmt.Sprintf("%v (log: %s)", err, logPath)
 		return b
 	}
-	var res struct {
-		PodsPerS        float64 `json:"pods_per_s"`
-		CeilingPodsPerS float64 `json:"ceiling_pods_per_s"`
-		P50ms           float64 `json:"p50_ms"`
-		P99ms           float64 `json:"p99_ms"`
-	}
+	var res bench.Result
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		b.Error = fmt.Sprintf("reading bench's JSON: %v (log: %s)", err, logPath)
 		return b
